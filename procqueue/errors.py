@@ -1,0 +1,80 @@
+"""procqueue's exceptions.
+
+A class's docstring is its default message. The tree::
+
+    ProcqueueError
+    ├── ConfigError          bad DSN, option or configuration value
+    ├── EnqueueError         bad input at enqueue: nothing was written
+    ├── JobNotFound          no job with that id
+    ├── InvalidState         the job is not in a state the operation accepts
+    ├── StoreError           the database failed or refused
+    │   ├── SchemaTooNew     the database was migrated by newer code
+    │   └── LeaseLost        a fenced write matched no row: another owner has the job
+    ├── ProtocolError        a malformed, truncated or oversized pipe frame
+    └── JobFailure           raised by job code to steer what happens next
+        ├── Retry            retry after an optional delay
+        └── Permanent        fail now, never retry
+"""
+
+from __future__ import annotations
+
+
+class ProcqueueError(Exception):
+    """procqueue failed."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (self.__doc__ or "").strip())
+
+
+class ConfigError(ProcqueueError):
+    """Invalid configuration."""
+
+
+class EnqueueError(ProcqueueError):
+    """The job could not be enqueued; nothing was written."""
+
+
+class JobNotFound(ProcqueueError):
+    """No such job."""
+
+
+class InvalidState(ProcqueueError):
+    """The job is not in a state that allows this operation."""
+
+
+class StoreError(ProcqueueError):
+    """The database failed."""
+
+
+class SchemaTooNew(StoreError):
+    """The database schema is newer than this version of procqueue."""
+
+
+class LeaseLost(StoreError):
+    """The job's lease is held by someone else now; the write was refused."""
+
+
+class ProtocolError(ProcqueueError):
+    """A malformed frame on the supervisor/child pipe."""
+
+
+class JobFailure(Exception):
+    """Base of the exceptions job code raises to steer its retry policy."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class Retry(JobFailure):
+    """Retry the job, after `delay` seconds if given (else the job's backoff)."""
+
+    def __init__(self, message: str = "", *, delay: float | None = None) -> None:
+        super().__init__(message)
+        if delay is not None and delay < 0:
+            raise ValueError("Retry delay must be >= 0")
+        self.delay = delay
+
+
+class Permanent(JobFailure):
+    """Fail the job now without retrying."""

@@ -1,0 +1,141 @@
+"""Records shared by every layer: what a job is, what a claim returns, what
+an outcome records. Pure data, no I/O."""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+from typing import Any
+
+import msgspec
+
+ERROR_MAX_CHARS = 2000
+"""Error text stored for a job is capped, so a huge traceback cannot bloat rows."""
+
+
+class JobState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+
+
+class Backoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """Delay before retry N: ``min(max, base * factor**(N-1))``, uniformly
+    jittered over ``[0, delay]`` when `jitter` ("full jitter")."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    max: float = 3600.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.max < 0:
+            raise ValueError("Backoff needs base >= 0, factor >= 1, max >= 0")
+
+
+class JobInfo(msgspec.Struct, frozen=True):
+    """One job's record (DESIGN.md section 5). Times are UTC."""
+
+    id: int
+    name: str
+    queue: str
+    state: JobState
+    priority: int
+    attempts: int
+    max_attempts: int
+    args: dict[str, Any]
+    result: Any
+    error: str | None
+    progress: str | None
+    fraction: float | None
+    key: str | None
+    serial_key: str | None
+    tags: list[str]
+    run_at: dt.datetime
+    created_at: dt.datetime
+    started_at: dt.datetime | None
+    finished_at: dt.datetime | None
+    deadline_at: dt.datetime | None
+
+
+class NewJob(msgspec.Struct, frozen=True):
+    """A job to insert. `args` is already-encoded JSON (validated at enqueue)."""
+
+    name: str
+    args: bytes
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    timeout: float | None = None
+    max_memory: int | None = None
+    backoff: Backoff = Backoff()
+    run_at: float | None = None
+    deadline_at: float | None = None
+    key: str | None = None
+    serial_key: str | None = None
+    tags: list[str] = []
+    on_failure: str | None = None
+
+
+class ClaimedJob(msgspec.Struct, frozen=True):
+    """What a supervisor needs to run one attempt of a job it now holds."""
+
+    id: int
+    attempt: int
+    name: str
+    queue: str
+    args: bytes
+    steps: dict[str, msgspec.Raw]
+    max_attempts: int
+    timeout: float | None
+    max_memory: int | None
+    backoff: Backoff
+    deadline_at: float | None
+    serial_key: str | None
+
+
+class Outcome(msgspec.Struct, frozen=True):
+    """How one attempt ended, as recorded (fenced by `attempt`).
+
+    `state` is the state the job moves to: done, failed, cancelled, or
+    pending (a retry at `run_at`, or a hand-back that refunds the attempt).
+    """
+
+    id: int
+    attempt: int
+    state: JobState
+    result: bytes | None = None
+    error: str | None = None
+    run_at: float | None = None
+    refund: bool = False
+
+
+class QueueInfo(msgspec.Struct, frozen=True):
+    name: str
+    limit: int | None
+    paused: bool
+    pending: int = 0
+    running: int = 0
+    done: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    oldest_pending_age: float | None = None
+
+
+def cap_error(text: str) -> str:
+    """`text` cut to ERROR_MAX_CHARS, keeping its head and its tail (the raise site)."""
+    if len(text) <= ERROR_MAX_CHARS:
+        return text
+    half = ERROR_MAX_CHARS // 2 - 10
+    return f"{text[:half]}\n[... {len(text) - 2 * half} chars cut ...]\n{text[-half:]}"
+
+
+def to_datetime(seconds: float | None) -> dt.datetime | None:
+    if seconds is None:
+        return None
+    return dt.datetime.fromtimestamp(seconds, tz=dt.UTC)

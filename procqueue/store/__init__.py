@@ -1,0 +1,49 @@
+"""Storage: one interface (`base.Store`), one implementation per backend."""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+
+from procqueue import errors
+from procqueue.store.base import Store
+
+DEFAULT_DSN = "sqlite:///procqueue.db"
+
+
+def resolve_dsn(explicit: str | None) -> str:
+    """The DSN to use: `explicit`, else ``$PROCQUEUE_DSN``, else the default file."""
+    return explicit or os.environ.get("PROCQUEUE_DSN") or DEFAULT_DSN
+
+
+def describe(dsn: str) -> str:
+    """`dsn` without its password, for messages."""
+    parts = urllib.parse.urlsplit(dsn)
+    if parts.password is None:
+        return dsn
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+
+
+def open_store(dsn: str) -> Store:
+    """Opens the backend `dsn` names (``sqlite:///path`` or ``postgresql://...``).
+
+    Raises ConfigError for a DSN of no known form, StoreError when the
+    database cannot be reached.
+    """
+    if dsn.startswith("sqlite://"):
+        path = dsn[len("sqlite://") :]
+        if path.startswith("/"):
+            path = path[1:]  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
+        if not path:
+            raise errors.ConfigError(f"malformed DSN {dsn!r}: expected sqlite:///PATH")
+        from procqueue.store.sqlite import SqliteStore
+
+        return SqliteStore(path)
+    if dsn.startswith(("postgresql://", "postgres://")):
+        from procqueue.store.postgres import PostgresStore
+
+        return PostgresStore(dsn)
+    raise errors.ConfigError(
+        f"malformed DSN {describe(dsn)!r}: expected sqlite:///PATH or postgresql://HOST/DB"
+    )

@@ -1,0 +1,210 @@
+"""The one storage interface every backend implements.
+
+Methods are named noun_verb, take keyword arguments only, and receive the
+time as ``now`` from the caller's clock: no query asks the database what
+time it is. Every write about a running job is fenced by ``(id, attempt)``
+and only applies while the job is still ``running`` at that attempt, so a
+supervisor that lost its lease can never overwrite the one that took over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+import msgspec
+
+from procqueue import models
+
+SCHEMA_VERSION = 1
+"""The schema version this code writes and reads."""
+
+
+class Candidate(msgspec.Struct, frozen=True):
+    """A pending job a claim may take, in claim order."""
+
+    id: int
+    queue: str
+    serial_key: str | None
+
+
+class Renewal(msgspec.Struct, frozen=True):
+    """The result of renewing an owner's leases."""
+
+    alive: set[tuple[int, int]]
+    """(id, attempt) of every job the owner still holds."""
+    cancel_requested: set[int]
+    """Ids among them whose cancel was requested."""
+
+
+class Store(Protocol):
+    """A job database. One instance serves one thread."""
+
+    backend: str
+
+    def migrate(self) -> int:
+        """Creates or upgrades the schema; returns its version. Safe to race."""
+        ...
+
+    def close(self) -> None: ...
+
+    def job_insert_many(
+        self, *, jobs: Sequence[models.NewJob], now: float, connection: object | None = None
+    ) -> list[int]:
+        """Inserts `jobs` in one transaction; returns their ids in order.
+
+        With `connection` (PostgreSQL: a psycopg connection of the caller's),
+        the insert joins that connection's transaction and becomes visible,
+        and wakes supervisors, only when the caller commits.
+
+        A job whose `key` already exists is not inserted: its slot in the
+        result holds the existing job's id.
+        """
+        ...
+
+    def wake_fileno(self) -> int | None:
+        """A file descriptor that becomes readable when jobs were enqueued
+        (PostgreSQL LISTEN), or None when the backend has none (SQLite)."""
+        ...
+
+    def wake_drain(self) -> bool:
+        """Consumes pending wake-ups; True if there was at least one. Never raises."""
+        ...
+
+    def job_get(self, *, id: int) -> models.JobInfo | None: ...
+
+    def job_list(
+        self, *, state: str | None, queue: str | None, name: str | None, limit: int
+    ) -> list[models.JobInfo]:
+        """Jobs matching every given filter, newest first."""
+        ...
+
+    def job_claim(
+        self,
+        *,
+        owner: str,
+        queues: Sequence[str] | None,
+        count: int,
+        lease_until: float,
+        now: float,
+    ) -> list[models.ClaimedJob]:
+        """Atomically moves up to `count` due pending jobs to running for `owner`.
+
+        Order: priority (higher first), then run_at, then id. Skips paused
+        queues, jobs past their deadline, queues at their limit and serial
+        keys already running, counting every owner's running jobs.
+        """
+        ...
+
+    def job_renew_leases(self, *, owner: str, lease_until: float) -> Renewal:
+        """Extends, in one statement, the lease of every job `owner` holds."""
+        ...
+
+    def job_cancel_requested(self, *, owner: str) -> set[int]:
+        """Ids of running jobs held by `owner` whose cancel was requested."""
+        ...
+
+    def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
+        """Records outcomes in one transaction, each fenced by (id, attempt).
+
+        Returns the ids whose fence failed (the attempt is no longer theirs
+        to record); the others are written.
+        """
+        ...
+
+    def job_set_progress(
+        self, *, id: int, attempt: int, text: str | None, fraction: float | None
+    ) -> bool:
+        """Sets progress (fenced); False when the attempt is no longer running."""
+        ...
+
+    def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:
+        """Saves a durable step's JSON result (fenced); False when the lease is lost."""
+        ...
+
+    def job_cancel(self, *, id: int, now: float) -> models.JobState:
+        """Cancels a pending job now, or flags a running one for its supervisor.
+
+        Returns the job's state afterwards (``cancelled`` or ``running``).
+        Raises JobNotFound, or InvalidState for a finished job.
+        """
+        ...
+
+    def job_retry(self, *, id: int, now: float) -> None:
+        """Makes a failed or cancelled job pending again with attempts reset.
+
+        Raises JobNotFound, or InvalidState for a job in another state.
+        """
+        ...
+
+    def job_rescue_expired(self, *, now: float) -> int:
+        """Running jobs whose lease passed: pending again (the attempt is
+        spent), failed if that was the last attempt, cancelled if a cancel
+        was requested. Returns how many."""
+        ...
+
+    def job_fail_past_deadline(self, *, now: float) -> int:
+        """Pending jobs past their deadline fail with "passed its deadline"."""
+        ...
+
+    def job_prune(self, *, states: Iterable[str], before: float, limit: int) -> int:
+        """Deletes up to `limit` jobs in `states` finished before `before`."""
+        ...
+
+    def queue_set_limit(self, *, queue: str, limit: int | None) -> None: ...
+
+    def queue_set_paused(self, *, queue: str, paused: bool) -> None: ...
+
+    def queue_list(self, *, now: float) -> list[models.QueueInfo]:
+        """Every queue that has jobs or settings, with counts per state."""
+        ...
+
+
+def choose(
+    candidates: Iterable[Candidate],
+    *,
+    count: int,
+    limits: dict[str, int],
+    running: dict[str, int],
+    running_serial_keys: set[str],
+) -> list[int]:
+    """The ids a claim takes from `candidates` (already in claim order).
+
+    Shared by every backend so that limits and serial keys mean the same
+    thing everywhere; the caller runs it inside the transaction (or lock)
+    that makes `running` and `running_serial_keys` current.
+    """
+    taken: list[int] = []
+    used = dict(running)
+    serial = set(running_serial_keys)
+    for c in candidates:
+        if len(taken) >= count:
+            break
+        limit = limits.get(c.queue)
+        if limit is not None and used.get(c.queue, 0) >= limit:
+            continue
+        if c.serial_key is not None:
+            if c.serial_key in serial:
+                continue
+            serial.add(c.serial_key)
+        used[c.queue] = used.get(c.queue, 0) + 1
+        taken.append(c.id)
+    return taken
+
+
+def queue_infos(
+    *,
+    settings: dict[str, tuple[int | None, bool]],
+    counts: Iterable[tuple[str, str, int, float | None]],
+    now: float,
+) -> list[models.QueueInfo]:
+    """Folds per-(queue, state) counts and queue settings into QueueInfo rows."""
+    per: dict[str, dict[str, Any]] = {}
+    for name, (limit, paused) in settings.items():
+        per[name] = {"name": name, "limit": limit, "paused": paused}
+    for queue, state, n, oldest in counts:
+        row = per.setdefault(queue, {"name": queue, "limit": None, "paused": False})
+        row[state] = n
+        if state == models.JobState.PENDING and oldest is not None:
+            row["oldest_pending_age"] = max(0.0, now - oldest)
+    return [msgspec.convert(per[name], models.QueueInfo) for name in sorted(per)]

@@ -1,0 +1,159 @@
+-- schema_version_get --
+-- The applied schema version (0 when none).
+SELECT coalesce(max(version), 0) AS version FROM procqueue_schema
+
+-- schema_version_set --
+-- Records that a migration was applied.
+INSERT INTO procqueue_schema (version, applied_at) VALUES (:version, :now)
+
+-- job_insert --
+-- Inserts one job; a duplicate key inserts nothing and returns no row.
+INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
+                  timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at)
+VALUES (:name, :queue, 'pending', :priority, :max_attempts, :args, :key, :serial_key, :tags,
+        :timeout, :max_memory, :backoff, :on_failure, :run_at, :now, :deadline_at)
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+
+-- job_id_by_key --
+-- The job holding an idempotency key.
+SELECT id FROM jobs WHERE key = :key
+
+-- job_get --
+-- One job's public record.
+SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+FROM jobs WHERE id = :id
+
+-- job_list --
+-- Jobs matching the given filters (NULL matches all), newest first.
+SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+FROM jobs
+WHERE (:state IS NULL OR state = :state)
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+ORDER BY id DESC
+LIMIT :limit
+
+-- queue_limits --
+-- Limits and paused flags of every configured queue.
+SELECT name, concurrency, paused FROM queues
+
+-- job_running_counts --
+-- Running jobs per queue, across every owner.
+SELECT queue, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY queue
+
+-- job_running_serial_keys --
+-- Serial keys that are running now, across every owner.
+SELECT DISTINCT serial_key FROM jobs WHERE state = 'running' AND serial_key IS NOT NULL
+
+-- job_candidates --
+-- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues.
+SELECT id, queue, serial_key FROM jobs
+WHERE state = 'pending' AND run_at <= :now
+  AND (deadline_at IS NULL OR deadline_at > :now)
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
+ORDER BY priority DESC, run_at, id
+LIMIT :limit
+
+-- job_take --
+-- Moves the chosen jobs to running for one owner; starts a new attempt.
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, owner = :owner, lease_until = :lease_until,
+    started_at = :now, cancel_requested = 0
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
+RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
+          deadline_at, serial_key
+
+-- job_renew_leases --
+-- Extends every lease an owner holds, in one statement.
+UPDATE jobs SET lease_until = :lease_until
+WHERE state = 'running' AND owner = :owner
+RETURNING id, attempts, cancel_requested
+
+-- job_cancel_requested --
+-- Running jobs of an owner that were asked to cancel.
+SELECT id FROM jobs WHERE state = 'running' AND owner = :owner AND cancel_requested = 1
+
+-- job_record --
+-- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
+UPDATE jobs
+SET state = :state, result = :result, error = :error,
+    run_at = coalesce(:run_at, run_at),
+    finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled') THEN :now END,
+    attempts = attempts - :refund,
+    owner = NULL, lease_until = NULL, cancel_requested = 0
+WHERE id = :id AND attempts = :attempt AND state = 'running'
+
+-- job_set_progress --
+-- Progress of a running attempt (fenced).
+UPDATE jobs SET progress = coalesce(:text, progress), fraction = coalesce(:fraction, fraction)
+WHERE id = :id AND attempts = :attempt AND state = 'running'
+
+-- job_save_step --
+-- Saves one durable step's JSON result into the job's row (fenced).
+UPDATE jobs SET steps = json_set(steps, '$.' || json_quote(:name), json(:value))
+WHERE id = :id AND attempts = :attempt AND state = 'running'
+
+-- job_cancel_pending --
+-- A pending job is cancelled at once.
+UPDATE jobs SET state = 'cancelled', finished_at = :now
+WHERE id = :id AND state = 'pending'
+
+-- job_cancel_running --
+-- A running job is flagged; its supervisor kills the child and records the cancel.
+UPDATE jobs SET cancel_requested = 1 WHERE id = :id AND state = 'running'
+
+-- job_state --
+-- One job's state.
+SELECT state FROM jobs WHERE id = :id
+
+-- job_retry --
+-- A failed or cancelled job runs again with its attempts reset (durable steps kept).
+UPDATE jobs
+SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
+    finished_at = NULL, started_at = NULL
+WHERE id = :id AND state IN ('failed', 'cancelled')
+
+-- job_rescue_expired --
+-- Running jobs whose lease passed go back to pending, or end if cancelled or out of attempts.
+UPDATE jobs
+SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
+                 WHEN attempts >= max_attempts THEN 'failed'
+                 ELSE 'pending' END,
+    error = 'attempt ' || attempts || ' lost its lease (its supervisor stopped renewing it)',
+    finished_at = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN :now END,
+    run_at = :now, owner = NULL, lease_until = NULL, cancel_requested = 0
+WHERE state = 'running' AND lease_until < :now
+
+-- job_fail_past_deadline --
+-- Pending jobs past their deadline fail instead of starting.
+UPDATE jobs SET state = 'failed', error = 'passed its deadline', finished_at = :now
+WHERE state = 'pending' AND deadline_at IS NOT NULL AND deadline_at <= :now
+
+-- job_prune --
+-- Deletes one bounded batch of finished jobs.
+DELETE FROM jobs WHERE id IN (
+    SELECT id FROM jobs
+    WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at < :before
+    LIMIT :limit)
+
+-- queue_set_limit --
+-- Sets (or clears, with NULL) a queue's cluster-wide concurrency.
+INSERT INTO queues (name, concurrency) VALUES (:queue, :limit)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency
+
+-- queue_set_paused --
+-- Pauses or resumes claims from a queue, cluster-wide.
+INSERT INTO queues (name, paused) VALUES (:queue, :paused)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
+
+-- queue_counts --
+-- Jobs per queue and state, and each queue's oldest pending job.
+SELECT queue, state, count(*) AS n, min(created_at) AS oldest FROM jobs GROUP BY queue, state
+
+-- schema_table_create --
+-- The table that records applied migrations.
+CREATE TABLE IF NOT EXISTS procqueue_schema (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)

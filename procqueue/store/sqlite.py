@@ -1,0 +1,344 @@
+"""The embedded backend: one SQLite file in WAL mode.
+
+Claims run inside ``BEGIN IMMEDIATE``, which takes the file's write lock
+first, so the running counts that limits and serial keys are checked
+against cannot change under the claim; any number of supervisors on one
+machine may share the file.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import msgspec
+
+from procqueue import errors, models
+from procqueue.store import _queries, base
+
+_Q = _queries.load("sqlite")
+_BUSY_TIMEOUT_S = 60.0
+_encode = msgspec.json.encode
+_backoff_decoder = msgspec.json.Decoder(models.Backoff)
+_steps_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_TERMINAL_OR_PENDING = frozenset(s.value for s in models.JobState)
+
+
+def _row_to_info(row: sqlite3.Row) -> models.JobInfo:
+    return models.JobInfo(
+        id=row["id"],
+        name=row["name"],
+        queue=row["queue"],
+        state=models.JobState(row["state"]),
+        priority=row["priority"],
+        attempts=row["attempts"],
+        max_attempts=row["max_attempts"],
+        args=msgspec.json.decode(row["args"]),
+        result=None if row["result"] is None else msgspec.json.decode(row["result"]),
+        error=row["error"],
+        progress=row["progress"],
+        fraction=row["fraction"],
+        key=row["key"],
+        serial_key=row["serial_key"],
+        tags=msgspec.json.decode(row["tags"]),
+        run_at=models.to_datetime(row["run_at"]),  # type: ignore[arg-type]
+        created_at=models.to_datetime(row["created_at"]),  # type: ignore[arg-type]
+        started_at=models.to_datetime(row["started_at"]),
+        finished_at=models.to_datetime(row["finished_at"]),
+        deadline_at=models.to_datetime(row["deadline_at"]),
+    )
+
+
+class SqliteStore:
+    """A `Store` on one SQLite file. Safe to share between threads (one lock)."""
+
+    backend = "sqlite"
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self._db = sqlite3.connect(
+                path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
+            )
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL survives any process crash; only an OS crash may lose
+            # the last transactions.
+            self._db.execute("PRAGMA synchronous=NORMAL")
+        except sqlite3.Error as exc:
+            raise errors.StoreError(f"cannot open SQLite database {path!r}: {exc}") from None
+        self._lock = threading.RLock()
+
+    # -- plumbing ---------------------------------------------------------
+
+    @contextmanager
+    def _tx(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            try:
+                self._db.execute(f"BEGIN {mode}")
+            except sqlite3.Error as exc:
+                raise errors.StoreError(f"SQLite {self.path}: {exc}") from None
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            try:
+                self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                self._db.execute("ROLLBACK")
+                raise errors.StoreError(f"SQLite {self.path}: {exc}") from None
+
+    @contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise errors.StoreError(f"SQLite {self.path}: {exc}") from None
+
+    def _all(self, query: str, **params: Any) -> list[sqlite3.Row]:
+        with self._lock, self._errors():
+            return self._db.execute(_Q[query], params).fetchall()
+
+    def _run(self, query: str, **params: Any) -> int:
+        with self._lock, self._errors():
+            return self._db.execute(_Q[query], params).rowcount
+
+    # -- schema -----------------------------------------------------------
+
+    def migrate(self) -> int:
+        with self._errors(), self._tx() as db:
+            db.execute(_Q["schema_table_create"])
+            current: int = db.execute(_Q["schema_version_get"]).fetchone()["version"]
+            if current > base.SCHEMA_VERSION:
+                raise errors.SchemaTooNew(
+                    f"database schema is version {current}, this procqueue knows up to "
+                    f"{base.SCHEMA_VERSION}; upgrade procqueue"
+                )
+            for version, script in _queries.migrations("sqlite"):
+                if version > current:
+                    for statement in script.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.execute(_Q["schema_version_set"], {"version": version, "now": 0.0})
+                    current = version
+        return current
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # -- jobs -------------------------------------------------------------
+
+    def wake_fileno(self) -> int | None:
+        return None
+
+    def wake_drain(self) -> bool:
+        return False
+
+    def job_insert_many(
+        self, *, jobs: Sequence[models.NewJob], now: float, connection: object | None = None
+    ) -> list[int]:
+        if connection is not None:
+            raise errors.EnqueueError("connection= is only supported with PostgreSQL")
+        ids: list[int] = []
+        with self._errors(), self._tx() as db:
+            for job in jobs:
+                row = db.execute(
+                    _Q["job_insert"],
+                    {
+                        "name": job.name,
+                        "queue": job.queue,
+                        "priority": job.priority,
+                        "max_attempts": job.max_attempts,
+                        "args": job.args.decode(),
+                        "key": job.key,
+                        "serial_key": job.serial_key,
+                        "tags": _encode(job.tags).decode(),
+                        "timeout": job.timeout,
+                        "max_memory": job.max_memory,
+                        "backoff": _encode(job.backoff).decode(),
+                        "on_failure": job.on_failure,
+                        "run_at": now if job.run_at is None else job.run_at,
+                        "now": now,
+                        "deadline_at": job.deadline_at,
+                    },
+                ).fetchone()
+                if row is None:
+                    row = db.execute(_Q["job_id_by_key"], {"key": job.key}).fetchone()
+                ids.append(row["id"])
+        return ids
+
+    def job_get(self, *, id: int) -> models.JobInfo | None:
+        rows = self._all("job_get", id=id)
+        return _row_to_info(rows[0]) if rows else None
+
+    def job_list(
+        self, *, state: str | None, queue: str | None, name: str | None, limit: int
+    ) -> list[models.JobInfo]:
+        rows = self._all("job_list", state=state, queue=queue, name=name, limit=limit)
+        return [_row_to_info(r) for r in rows]
+
+    def job_claim(
+        self,
+        *,
+        owner: str,
+        queues: Sequence[str] | None,
+        count: int,
+        lease_until: float,
+        now: float,
+    ) -> list[models.ClaimedJob]:
+        if count <= 0:
+            return []
+        wanted = None if queues is None else _encode(list(queues)).decode()
+        with self._errors(), self._tx() as db:
+            limits = {
+                r["name"]: r["concurrency"]
+                for r in db.execute(_Q["queue_limits"])
+                if r["concurrency"] is not None
+            }
+            running: dict[str, int] = {}
+            if limits:
+                running = {r["queue"]: r["n"] for r in db.execute(_Q["job_running_counts"])}
+            serial = {r[0] for r in db.execute(_Q["job_running_serial_keys"])}
+            # Over-fetch so that jobs blocked by a limit or a serial key don't
+            # starve the ones behind them.
+            rows = db.execute(
+                _Q["job_candidates"],
+                {"now": now, "queues": wanted, "limit": count * 4 + 16},
+            ).fetchall()
+            ids = base.choose(
+                (base.Candidate(r["id"], r["queue"], r["serial_key"]) for r in rows),
+                count=count,
+                limits=limits,
+                running=running,
+                running_serial_keys=serial,
+            )
+            if not ids:
+                return []
+            taken = db.execute(
+                _Q["job_take"],
+                {"ids": _encode(ids).decode(), "owner": owner, "lease_until": lease_until, "now": now},
+            ).fetchall()
+        claimed = [
+            models.ClaimedJob(
+                id=r["id"],
+                attempt=r["attempts"],
+                name=r["name"],
+                queue=r["queue"],
+                args=r["args"].encode(),
+                steps=_steps_decoder.decode(r["steps"]),
+                max_attempts=r["max_attempts"],
+                timeout=r["timeout"],
+                max_memory=r["max_memory"],
+                backoff=_backoff_decoder.decode(r["backoff"]),
+                deadline_at=r["deadline_at"],
+                serial_key=r["serial_key"],
+            )
+            for r in taken
+        ]
+        order = {id_: i for i, id_ in enumerate(ids)}
+        claimed.sort(key=lambda c: order[c.id])
+        return claimed
+
+    def job_renew_leases(self, *, owner: str, lease_until: float) -> base.Renewal:
+        with self._errors(), self._tx() as db:
+            rows = db.execute(
+                _Q["job_renew_leases"], {"owner": owner, "lease_until": lease_until}
+            ).fetchall()
+        return base.Renewal(
+            alive={(r["id"], r["attempts"]) for r in rows},
+            cancel_requested={r["id"] for r in rows if r["cancel_requested"]},
+        )
+
+    def job_cancel_requested(self, *, owner: str) -> set[int]:
+        return {r["id"] for r in self._all("job_cancel_requested", owner=owner)}
+
+    def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
+        lost: list[int] = []
+        with self._errors(), self._tx() as db:
+            for o in outcomes:
+                n = db.execute(
+                    _Q["job_record"],
+                    {
+                        "id": o.id,
+                        "attempt": o.attempt,
+                        "state": o.state.value,
+                        "result": None if o.result is None else o.result.decode(),
+                        "error": None if o.error is None else models.cap_error(o.error),
+                        "run_at": o.run_at,
+                        "refund": 1 if o.refund else 0,
+                        "now": now,
+                    },
+                ).rowcount
+                if n == 0:
+                    lost.append(o.id)
+        return lost
+
+    def job_set_progress(
+        self, *, id: int, attempt: int, text: str | None, fraction: float | None
+    ) -> bool:
+        return (
+            self._run("job_set_progress", id=id, attempt=attempt, text=text, fraction=fraction)
+            > 0
+        )
+
+    def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:
+        n = self._run("job_save_step", id=id, attempt=attempt, name=name, value=value.decode())
+        return n > 0
+
+    def job_cancel(self, *, id: int, now: float) -> models.JobState:
+        with self._errors(), self._tx() as db:
+            if db.execute(_Q["job_cancel_pending"], {"id": id, "now": now}).rowcount:
+                return models.JobState.CANCELLED
+            if db.execute(_Q["job_cancel_running"], {"id": id}).rowcount:
+                return models.JobState.RUNNING
+            row = db.execute(_Q["job_state"], {"id": id}).fetchone()
+        if row is None:
+            raise errors.JobNotFound(f"no job {id}")
+        raise errors.InvalidState(f"job {id} is {row['state']}; only pending or running jobs cancel")
+
+    def job_retry(self, *, id: int, now: float) -> None:
+        with self._errors(), self._tx() as db:
+            if db.execute(_Q["job_retry"], {"id": id, "now": now}).rowcount:
+                return
+            row = db.execute(_Q["job_state"], {"id": id}).fetchone()
+        if row is None:
+            raise errors.JobNotFound(f"no job {id}")
+        raise errors.InvalidState(f"job {id} is {row['state']}; only failed or cancelled jobs retry")
+
+    def job_rescue_expired(self, *, now: float) -> int:
+        with self._errors(), self._tx():
+            return self._run("job_rescue_expired", now=now)
+
+    def job_fail_past_deadline(self, *, now: float) -> int:
+        with self._errors(), self._tx():
+            return self._run("job_fail_past_deadline", now=now)
+
+    def job_prune(self, *, states: Iterable[str], before: float, limit: int) -> int:
+        wanted = [s for s in states if s in _TERMINAL_OR_PENDING]
+        with self._errors(), self._tx():
+            return self._run(
+                "job_prune", states=_encode(wanted).decode(), before=before, limit=limit
+            )
+
+    # -- queues -----------------------------------------------------------
+
+    def queue_set_limit(self, *, queue: str, limit: int | None) -> None:
+        self._run("queue_set_limit", queue=queue, limit=limit)
+
+    def queue_set_paused(self, *, queue: str, paused: bool) -> None:
+        self._run("queue_set_paused", queue=queue, paused=1 if paused else 0)
+
+    def queue_list(self, *, now: float) -> list[models.QueueInfo]:
+        with self._errors(), self._tx("DEFERRED") as db:
+            settings = {r["name"]: r for r in db.execute(_Q["queue_limits"])}
+            counts = db.execute(_Q["queue_counts"]).fetchall()
+        return base.queue_infos(
+            settings={n: (r["concurrency"], bool(r["paused"])) for n, r in settings.items()},
+            counts=[(r["queue"], r["state"], r["n"], r["oldest"]) for r in counts],
+            now=now,
+        )
