@@ -221,7 +221,12 @@ class SqliteStore:
                 return []
             taken = db.execute(
                 _Q["job_take"],
-                {"ids": _encode(ids).decode(), "owner": owner, "lease_until": lease_until, "now": now},
+                {
+                    "ids": _encode(ids).decode(),
+                    "owner": owner,
+                    "lease_until": lease_until,
+                    "now": now,
+                },
             ).fetchall()
         claimed = [
             models.ClaimedJob(
@@ -282,8 +287,7 @@ class SqliteStore:
         self, *, id: int, attempt: int, text: str | None, fraction: float | None
     ) -> bool:
         return (
-            self._run("job_set_progress", id=id, attempt=attempt, text=text, fraction=fraction)
-            > 0
+            self._run("job_set_progress", id=id, attempt=attempt, text=text, fraction=fraction) > 0
         )
 
     def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:
@@ -299,7 +303,9 @@ class SqliteStore:
             row = db.execute(_Q["job_state"], {"id": id}).fetchone()
         if row is None:
             raise errors.JobNotFound(f"no job {id}")
-        raise errors.InvalidState(f"job {id} is {row['state']}; only pending or running jobs cancel")
+        raise errors.InvalidState(
+            f"job {id} is {row['state']}; only pending or running jobs cancel"
+        )
 
     def job_retry(self, *, id: int, now: float) -> None:
         with self._errors(), self._tx() as db:
@@ -308,7 +314,9 @@ class SqliteStore:
             row = db.execute(_Q["job_state"], {"id": id}).fetchone()
         if row is None:
             raise errors.JobNotFound(f"no job {id}")
-        raise errors.InvalidState(f"job {id} is {row['state']}; only failed or cancelled jobs retry")
+        raise errors.InvalidState(
+            f"job {id} is {row['state']}; only failed or cancelled jobs retry"
+        )
 
     def job_rescue_expired(self, *, now: float) -> int:
         with self._errors(), self._tx():

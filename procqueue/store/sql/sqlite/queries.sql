@@ -49,12 +49,18 @@ SELECT queue, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY queue
 SELECT DISTINCT serial_key FROM jobs WHERE state = 'running' AND serial_key IS NOT NULL
 
 -- job_candidates --
--- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues.
+-- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
+-- queues at their limit and serial keys already running (so they can't hide the jobs behind them).
 SELECT id, queue, serial_key FROM jobs
 WHERE state = 'pending' AND run_at <= :now
   AND (deadline_at IS NULL OR deadline_at > :now)
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
   AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
+  AND queue NOT IN (SELECT q.name FROM queues q WHERE q.concurrency IS NOT NULL
+                    AND q.concurrency <= (SELECT count(*) FROM jobs r
+                                          WHERE r.state = 'running' AND r.queue = q.name))
+  AND (serial_key IS NULL OR serial_key NOT IN
+       (SELECT serial_key FROM jobs WHERE state = 'running' AND serial_key IS NOT NULL))
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
 
@@ -94,7 +100,12 @@ WHERE id = :id AND attempts = :attempt AND state = 'running'
 
 -- job_save_step --
 -- Saves one durable step's JSON result into the job's row (fenced).
-UPDATE jobs SET steps = json_set(steps, '$.' || json_quote(:name), json(:value))
+-- (Not json_set: a JSON path cannot name a key holding a double quote. The key is
+-- removed with json_patch, then the pair is appended as text.)
+UPDATE jobs SET steps = (
+    SELECT CASE WHEN kept = '{}' THEN '{' ELSE substr(kept, 1, length(kept) - 1) || ',' END
+           || json_quote(:name) || ':' || json(:value) || '}'
+    FROM (SELECT json_patch(steps, json_object(:name, NULL)) AS kept))
 WHERE id = :id AND attempts = :attempt AND state = 'running'
 
 -- job_cancel_pending --

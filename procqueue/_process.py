@@ -1,0 +1,197 @@
+"""One child process as the supervisor sees it: spawn, frames in and out,
+its output relayed to the log, kill escalation, and why it died."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+from procqueue import errors, protocol
+
+log = logging.getLogger("procqueue.child")
+
+MAX_LINE = 4096
+"""Longer output lines are cut: a flood without newlines can't grow a buffer."""
+LINES_PER_SECOND = 200
+"""Output lines logged per child per second; the rest are counted and dropped."""
+
+
+def _nonblocking(fd: int) -> None:
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+
+
+def exit_reason(returncode: int) -> str:
+    """Human words for a `Popen.returncode`."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"child process killed by {name}"
+    return f"child process exited with code {returncode}"
+
+
+class OutputRelay:
+    """Turns a child's raw stdout/stderr bytes into bounded, tagged log lines."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self._partial = b""
+        self._window = 0.0
+        self._lines = 0
+        self.dropped = 0
+
+    def feed(self, data: bytes, *, tag: str, now: float) -> None:
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()[:MAX_LINE]
+        for line in lines:
+            self._emit(line, tag, now)
+
+    def flush(self, *, tag: str, now: float) -> None:
+        if self._partial:
+            self._emit(self._partial, tag, now)
+            self._partial = b""
+        self._report_dropped(tag)
+
+    def _emit(self, line: bytes, tag: str, now: float) -> None:
+        if now - self._window >= 1.0:
+            self._report_dropped(tag)
+            self._window = now
+            self._lines = 0
+        if self._lines >= LINES_PER_SECOND:
+            self.dropped += 1
+            return
+        self._lines += 1
+        text = line[:MAX_LINE].decode("utf-8", "replace")
+        log.info("%s %s: %s", tag, self.stream, text)
+
+    def _report_dropped(self, tag: str) -> None:
+        if self.dropped:
+            log.warning("%s %s: %d lines dropped (rate limit)", tag, self.stream, self.dropped)
+            self.dropped = 0
+
+
+class ChildProcess:
+    """A spawned child and the supervisor's ends of its pipes."""
+
+    def __init__(self, *, spec: str, index: int, env: dict[str, str] | None = None) -> None:
+        to_child_r, to_child_w = os.pipe()
+        from_child_r, from_child_w = os.pipe()
+        child_env = dict(os.environ if env is None else env)
+        child_env["PYTHONUNBUFFERED"] = "1"
+        try:
+            self.popen = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "procqueue.child",
+                    spec,
+                    str(index),
+                    str(os.getpid()),
+                    str(to_child_r),
+                    str(from_child_w),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=(to_child_r, from_child_w),
+                start_new_session=True,  # its own group: a terminal's ^C reaches only us
+                close_fds=True,
+                env=child_env,
+            )
+        finally:
+            os.close(to_child_r)
+            os.close(from_child_w)
+        self.index = index
+        self.pid = self.popen.pid
+        self.wfd = to_child_w
+        self.rfd = from_child_r
+        assert self.popen.stdout is not None and self.popen.stderr is not None
+        self.out_fd = self.popen.stdout.fileno()
+        self.err_fd = self.popen.stderr.fileno()
+        for fd in (self.rfd, self.out_fd, self.err_fd):
+            _nonblocking(fd)
+        self.reader = protocol.FrameReader(to_child=False)
+        self.relays = {self.out_fd: OutputRelay("stdout"), self.err_fd: OutputRelay("stderr")}
+        self.ready = False
+        self.eof = False
+
+    def fds(self) -> tuple[int, int, int]:
+        return (self.rfd, self.out_fd, self.err_fd)
+
+    def send(self, message: protocol.Message) -> bool:
+        """Writes one frame; False if the child is gone."""
+        try:
+            protocol.write_all(self.wfd, protocol.encode(message))
+        except (BrokenPipeError, OSError):
+            return False
+        return True
+
+    def read_messages(self) -> list[protocol.Message]:
+        """Drains the protocol pipe; sets `eof` when the child closed it.
+
+        Raises ProtocolError on a malformed frame.
+        """
+        out: list[protocol.Message] = []
+        while True:
+            try:
+                data = os.read(self.rfd, 1 << 20)
+            except BlockingIOError:
+                return out
+            if not data:
+                self.eof = True
+                if self.reader.pending():
+                    raise errors.ProtocolError(f"truncated frame ({self.reader.pending()} bytes)")
+                return out
+            out.extend(self.reader.feed(data))
+
+    def relay_output(self, fd: int, *, tag: str, now: float) -> bool:
+        """Logs what the child wrote to stdout/stderr, bounded per call;
+        True at EOF."""
+        for _ in range(16):  # at most 1 MiB per call: the loop must go on
+            try:
+                data = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                return False
+            except OSError:
+                return True
+            if not data:
+                self.relays[fd].flush(tag=tag, now=now)
+                return True
+            self.relays[fd].feed(data, tag=tag, now=now)
+        return False
+
+    def rss_mb(self) -> float:
+        """Resident memory in MB (0 when the process is gone)."""
+        try:
+            with open(f"/proc/{self.pid}/statm") as f:
+                pages = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            return 0.0
+        return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Signals the child's whole process group; a gone group is fine."""
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def close(self) -> None:
+        """Closes the supervisor's ends (a still-running child sees EOF and exits)."""
+        for fd in (self.wfd, self.rfd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        assert self.popen.stdout is not None and self.popen.stderr is not None
+        self.popen.stdout.close()
+        self.popen.stderr.close()

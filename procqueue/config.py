@@ -1,0 +1,57 @@
+"""Supervisor settings: one Struct with defaults and validation."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from procqueue import errors
+
+
+class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """How a supervisor runs. Durations are seconds."""
+
+    workers: int = os.cpu_count() or 1
+    queues: list[str] | None = None
+    """Queues to claim from; None claims from all."""
+    limits: dict[str, int] = {}
+    """Cluster-wide concurrency per queue, written to the database at start."""
+    lease: float = 30.0
+    """A held job is given up by its owner if not renewed for this long."""
+    poll: float = 1.0
+    """Safety-net claim interval when no wake-up arrives."""
+    grace: float = 30.0
+    """On SIGTERM: how long running jobs may finish before they are handed back."""
+    kill_grace: float = 2.0
+    """Between SIGTERM and SIGKILL of a child on timeout or cancel."""
+    max_jobs_per_child: int | None = None
+    max_memory_per_child: float | None = None
+    """MB of RSS; a child past it is replaced after its job."""
+    retention_days: float = 7.0
+    progress_interval: float = 0.25
+    """At most one progress write per job per this many seconds."""
+    titles: bool = False
+    """Set process titles (the CLI does; tests running in-process don't)."""
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.workers >= 1, "workers must be >= 1"),
+            (self.lease >= 1.0, "lease must be >= 1 second"),
+            (self.poll > 0, "poll must be > 0 seconds"),
+            (self.grace >= 0, "grace must be >= 0 seconds"),
+            (self.kill_grace >= 0, "kill_grace must be >= 0 seconds"),
+            (
+                self.max_jobs_per_child is None or self.max_jobs_per_child >= 1,
+                "max-jobs-per-child must be >= 1",
+            ),
+            (
+                self.max_memory_per_child is None or self.max_memory_per_child > 0,
+                "max-memory-per-child must be > 0 MB",
+            ),
+            (all(v >= 1 for v in self.limits.values()), "queue limits must be >= 1"),
+            (self.retention_days > 0, "retention-days must be > 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise errors.ConfigError(message)

@@ -1,0 +1,146 @@
+"""Job options and argument encoding: everything checked at enqueue, before
+anything is written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+from typing import Any
+
+import msgspec
+
+from procqueue import errors, models
+
+MAX_ARGS_BYTES = 64 * 1024 * 1024
+"""Largest encoded arguments accepted (the pipe frame limit is well above)."""
+
+_REGISTER_OPTIONS = frozenset(
+    {"queue", "priority", "max_attempts", "timeout", "backoff", "deadline", "tags", "max_memory"}
+)
+_CALL_OPTIONS = _REGISTER_OPTIONS | {"delay", "run_at", "key", "serial_key"}
+
+
+class JobOptions(msgspec.Struct, frozen=True):
+    """A job's defaults, overridable per enqueue."""
+
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    timeout: float | None = None
+    backoff: models.Backoff = models.Backoff()
+    deadline: float | None = None
+    """Seconds after enqueue."""
+    tags: tuple[str, ...] = ()
+    max_memory: int | None = None
+    """MB of RSS; the child is killed past it."""
+
+
+class ParsedOptions(msgspec.Struct, frozen=True):
+    options: JobOptions
+    run_at: float | None = None
+    deadline_at: float | None = None
+    key: str | None = None
+    serial_key: str | None = None
+
+
+def _fail(message: str, registering: bool) -> errors.ProcqueueError:
+    return errors.ConfigError(message) if registering else errors.EnqueueError(message)
+
+
+def _seconds_at(value: Any, what: str, registering: bool) -> float:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise _fail(f"{what} must be timezone-aware", registering)
+        return value.timestamp()
+    raise _fail(f"{what} must be a datetime, got {type(value).__name__}", registering)
+
+
+def parse_options(
+    given: dict[str, Any], defaults: JobOptions, *, now: float, registering: bool = False
+) -> ParsedOptions:
+    """Merges `given` over `defaults` and resolves times against `now`.
+
+    Raises EnqueueError (ConfigError when `registering`) naming the option.
+    """
+    allowed = _REGISTER_OPTIONS if registering else _CALL_OPTIONS
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise _fail(
+            f"unknown option {unknown[0]!r}; options are: {', '.join(sorted(allowed))}", registering
+        )
+    merged = msgspec.structs.asdict(defaults)
+    deadline_at = None
+    for name in _REGISTER_OPTIONS & set(given):
+        value = given[name]
+        if name == "deadline" and isinstance(value, dt.datetime):
+            deadline_at = _seconds_at(value, "deadline", registering)
+            value = None
+        if name == "backoff" and isinstance(value, dict):
+            value = msgspec.convert(value, models.Backoff)
+        if name == "tags" and isinstance(value, list):
+            value = tuple(value)
+        merged[name] = value
+    try:
+        options = msgspec.convert(merged, JobOptions, from_attributes=False)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise _fail(f"invalid option: {exc}", registering) from None
+    checks = [
+        (options.queue != "" and len(options.queue) <= 100, "queue must be 1-100 characters"),
+        (options.max_attempts >= 1, "max_attempts must be >= 1"),
+        (options.timeout is None or options.timeout > 0, "timeout must be > 0 seconds"),
+        (options.max_memory is None or options.max_memory > 0, "max_memory must be > 0 MB"),
+        (options.deadline is None or options.deadline > 0, "deadline must be > 0 seconds"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise _fail(message, registering)
+    if options.deadline is not None:
+        deadline_at = now + options.deadline
+    run_at = None
+    if "delay" in given:
+        delay = given["delay"]
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0:
+            raise _fail(f"delay must be a number of seconds >= 0, got {delay!r}", registering)
+        run_at = now + delay
+    if given.get("run_at") is not None:
+        run_at = _seconds_at(given["run_at"], "run_at", registering)
+    for name in ("key", "serial_key"):
+        value = given.get(name)
+        if value is not None and (not isinstance(value, str) or not value):
+            raise _fail(f"{name} must be a non-empty string", registering)
+    return ParsedOptions(
+        options=options,
+        run_at=run_at,
+        deadline_at=deadline_at,
+        key=given.get("key"),
+        serial_key=given.get("serial_key"),
+    )
+
+
+def bind_args(name: str, signature: inspect.Signature, args: dict[str, Any]) -> bytes:
+    """`args` bound against `signature` and JSON-encoded.
+
+    Raises EnqueueError saying which argument does not bind or encode.
+    """
+    if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+        raise errors.EnqueueError(f"arguments of {name} must be an object with string keys")
+    try:
+        signature.bind(**args)
+    except TypeError as exc:
+        raise errors.EnqueueError(f"arguments don't fit {name}{signature}: {exc}") from None
+    try:
+        encoded = msgspec.json.encode(args)
+    except (TypeError, msgspec.EncodeError, OverflowError, UnicodeEncodeError) as exc:
+        for key, value in args.items():
+            try:
+                msgspec.json.encode(value)
+            except Exception as inner:
+                raise errors.EnqueueError(
+                    f"argument {key!r} of {name} cannot be encoded: {inner}"
+                ) from None
+        raise errors.EnqueueError(f"arguments of {name} cannot be encoded: {exc}") from None
+    if len(encoded) > MAX_ARGS_BYTES:
+        raise errors.EnqueueError(
+            f"arguments of {name} are {len(encoded)} bytes encoded; the limit is {MAX_ARGS_BYTES}"
+        )
+    return encoded

@@ -1,0 +1,177 @@
+"""The supervisor/child pipe protocol.
+
+Each message is a msgspec Struct in one tagged union, encoded with
+msgpack and framed by a 4-byte big-endian length. The pipes are dedicated
+(never the child's stdout). A frame that is oversized, truncated or not a
+known message raises `errors.ProtocolError`; the side that sees it kills
+(or is killed by) the other.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+
+import msgspec
+
+from procqueue import errors
+
+PROTOCOL_VERSION = 1
+MAX_FRAME = 256 * 1024 * 1024
+"""Largest frame either side accepts: room for a 64 MiB argument or result many times over."""
+_HEADER = struct.Struct(">I")
+
+
+class Message(msgspec.Struct, tag=True, frozen=True):
+    """Base of every frame."""
+
+
+# supervisor -> child
+
+
+class Run(Message):
+    """Run one attempt; `args` and each of `steps` are JSON bytes."""
+
+    job_id: int
+    attempt: int
+    name: str
+    args: bytes
+    steps: dict[str, bytes]
+
+
+class StepSaved(Message):
+    """The step's result is durable; the job may go on."""
+
+    job_id: int
+    name: str
+
+
+class Shutdown(Message):
+    """Exit once idle."""
+
+
+# child -> supervisor
+
+
+class Hello(Message):
+    """Sent once at start: the child imported the app (or says why not)."""
+
+    pid: int
+    version: int
+    error: str | None = None
+
+
+class Progress(Message):
+    job_id: int
+    text: str | None
+    fraction: float | None
+
+
+class Step(Message):
+    """A durable step returned `value` (JSON); the child waits for StepSaved."""
+
+    job_id: int
+    name: str
+    value: bytes
+
+
+class Done(Message):
+    job_id: int
+    result: bytes
+
+
+class Failed(Message):
+    """The attempt failed. `kind`: "retry" (Retry raised), "permanent", or "error"."""
+
+    job_id: int
+    kind: str
+    error: str
+    delay: float | None = None
+
+
+ToChild = Run | StepSaved | Shutdown
+ToSupervisor = Hello | Progress | Step | Done | Failed
+
+_encoder = msgspec.msgpack.Encoder()
+_to_child = msgspec.msgpack.Decoder(ToChild)  # type: ignore[var-annotated]
+_to_supervisor = msgspec.msgpack.Decoder(ToSupervisor)  # type: ignore[var-annotated]
+
+
+def encode(message: Message) -> bytes:
+    """`message` as one frame, header included."""
+    body = _encoder.encode(message)
+    if len(body) > MAX_FRAME:
+        raise errors.ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
+    return _HEADER.pack(len(body)) + body
+
+
+def _decode(body: bytes, to_child: bool) -> Message:
+    try:
+        msg: Message = (_to_child if to_child else _to_supervisor).decode(body)
+    except msgspec.DecodeError as exc:
+        raise errors.ProtocolError(f"malformed frame: {exc}") from None
+    return msg
+
+
+class FrameReader:
+    """Reassembles frames from bytes as they arrive on a non-blocking pipe."""
+
+    def __init__(self, *, to_child: bool) -> None:
+        self._buf = bytearray()
+        self._to_child = to_child
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Adds `data`; returns every message now complete, in order."""
+        self._buf += data
+        out: list[Message] = []
+        while len(self._buf) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buf)
+            if size > MAX_FRAME:
+                raise errors.ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+            end = _HEADER.size + size
+            if len(self._buf) < end:
+                break
+            out.append(_decode(bytes(self._buf[_HEADER.size : end]), self._to_child))
+            del self._buf[:end]
+        return out
+
+    def pending(self) -> int:
+        """Bytes of an incomplete frame held back (non-zero at EOF means truncated)."""
+        return len(self._buf)
+
+
+def read_exact(fd: int, size: int) -> bytes | None:
+    """Reads exactly `size` bytes from blocking `fd`; None on EOF before the first byte."""
+    chunks: list[bytes] = []
+    got = 0
+    while got < size:
+        chunk = os.read(fd, min(size - got, 1 << 20))
+        if not chunk:
+            if got == 0:
+                return None
+            raise errors.ProtocolError(f"truncated frame: got {got} of {size} bytes")
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def read_message(fd: int, *, to_child: bool) -> Message | None:
+    """Blocks for the next frame on `fd`; None on a clean EOF."""
+    header = read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    (size,) = _HEADER.unpack(header)
+    if size > MAX_FRAME:
+        raise errors.ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    body = read_exact(fd, size) if size else b""
+    if body is None:
+        raise errors.ProtocolError("truncated frame: header without body")
+    return _decode(body, to_child)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Writes all of `data` to blocking `fd` (raises BrokenPipeError if the reader is gone)."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]

@@ -1,0 +1,53 @@
+"""What happens after an attempt fails: pure functions of the job and the time."""
+
+from __future__ import annotations
+
+import random
+
+from procqueue import models
+
+
+def backoff_delay(backoff: models.Backoff, attempt: int, rng: random.Random) -> float:
+    """Seconds to wait before the retry that follows failed attempt `attempt`."""
+    exponent = min(max(attempt - 1, 0), 64)
+    delay = min(backoff.max, backoff.base * backoff.factor**exponent)
+    return rng.uniform(0.0, delay) if backoff.jitter else delay
+
+
+def after_failure(
+    job: models.ClaimedJob,
+    *,
+    error: str,
+    permanent: bool,
+    delay: float | None,
+    now: float,
+    rng: random.Random,
+) -> models.Outcome:
+    """The outcome of a failed attempt: a retry at some run_at, or failed for good.
+
+    Fails now when the failure is permanent, attempts are used up, or the
+    retry would start after the job's deadline.
+    """
+    if permanent:
+        return models.Outcome(
+            id=job.id, attempt=job.attempt, state=models.JobState.FAILED, error=error
+        )
+    if job.attempt >= job.max_attempts:
+        return models.Outcome(
+            id=job.id,
+            attempt=job.attempt,
+            state=models.JobState.FAILED,
+            error=f"{error}\n(gave up after {job.attempt} attempts)",
+        )
+    wait = backoff_delay(job.backoff, job.attempt, rng) if delay is None else delay
+    run_at = now + wait
+    if job.deadline_at is not None and run_at >= job.deadline_at:
+        return models.Outcome(
+            id=job.id,
+            attempt=job.attempt,
+            state=models.JobState.FAILED,
+            error=f"{error}\n(a retry would start after its deadline)",
+        )
+    return models.Outcome(
+        id=job.id, attempt=job.attempt, state=models.JobState.PENDING, error=error, run_at=run_at
+    )

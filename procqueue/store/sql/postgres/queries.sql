@@ -1,0 +1,188 @@
+-- schema_version_get --
+-- The applied schema version (0 when none).
+SELECT coalesce(max(version), 0) AS version FROM procqueue_schema
+
+-- schema_version_set --
+-- Records that a migration was applied.
+INSERT INTO procqueue_schema (version, applied_at) VALUES (%(version)s, %(now)s)
+
+-- job_insert --
+-- Inserts one job; a duplicate key inserts nothing and returns no row.
+INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
+                  timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at)
+VALUES (%(name)s, %(queue)s, 'pending', %(priority)s, %(max_attempts)s, %(args)s::jsonb,
+        %(key)s::text, %(serial_key)s::text, %(tags)s::jsonb, %(timeout)s::float8,
+        %(max_memory)s::integer, %(backoff)s::jsonb, %(on_failure)s::text, %(run_at)s::float8,
+        %(now)s, %(deadline_at)s::float8)
+ON CONFLICT (key) DO NOTHING
+RETURNING id
+
+-- job_id_by_key --
+-- The job holding an idempotency key.
+SELECT id FROM jobs WHERE key = %(key)s
+
+-- job_get --
+-- One job's public record.
+SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+FROM jobs WHERE id = %(id)s
+
+-- job_list --
+-- Jobs matching the given filters (NULL matches all), newest first.
+SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+FROM jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY id DESC
+LIMIT %(limit)s
+
+-- queue_limits --
+-- Limits and paused flags of every configured queue.
+SELECT name, concurrency, paused FROM queues
+
+-- job_running_counts --
+-- Running jobs per queue, across every owner.
+SELECT queue, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY queue
+
+-- job_running_serial_keys --
+-- Serial keys that are running now, across every owner.
+SELECT DISTINCT serial_key FROM jobs WHERE state = 'running' AND serial_key IS NOT NULL
+
+-- job_candidates --
+-- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused
+-- queues; walks the jobs_claim partial index and skips rows another transaction holds.
+SELECT id, queue, serial_key FROM jobs
+WHERE state = 'pending' AND run_at <= %(now)s::float8
+  AND (deadline_at IS NULL OR deadline_at > %(now)s::float8)
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND queue NOT IN (SELECT name FROM queues WHERE paused)
+ORDER BY priority DESC, run_at, id
+LIMIT %(limit)s
+FOR UPDATE OF jobs SKIP LOCKED
+
+-- job_take --
+-- Moves the chosen jobs to running for one owner; starts a new attempt.
+UPDATE jobs
+SET state = 'running', attempts = attempts + 1, owner = %(owner)s,
+    lease_until = %(lease_until)s::float8, started_at = %(now)s::float8, cancel_requested = false
+WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
+RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
+          deadline_at, serial_key
+
+-- job_renew_leases --
+-- Extends every lease an owner holds, in one statement.
+UPDATE jobs SET lease_until = %(lease_until)s::float8
+WHERE state = 'running' AND owner = %(owner)s
+RETURNING id, attempts, cancel_requested
+
+-- job_cancel_requested --
+-- Running jobs of an owner that were asked to cancel.
+SELECT id FROM jobs WHERE state = 'running' AND owner = %(owner)s AND cancel_requested
+
+-- job_record --
+-- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
+UPDATE jobs
+SET state = %(state)s::text, result = %(result)s::jsonb, error = %(error)s::text,
+    run_at = coalesce(%(run_at)s::float8, run_at),
+    finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
+                       THEN %(now)s::float8 END,
+    attempts = attempts - %(refund)s::integer,
+    owner = NULL, lease_until = NULL, cancel_requested = false
+WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+
+-- job_set_progress --
+-- Progress of a running attempt (fenced).
+UPDATE jobs
+SET progress = coalesce(%(text)s::text, progress),
+    fraction = coalesce(%(fraction)s::float8, fraction)
+WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+
+-- job_save_step --
+-- Saves one durable step's JSON result into the job's row (fenced).
+UPDATE jobs SET steps = steps || jsonb_build_object(%(name)s::text, %(value)s::jsonb)
+WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+
+-- job_cancel_pending --
+-- A pending job is cancelled at once.
+UPDATE jobs SET state = 'cancelled', finished_at = %(now)s::float8
+WHERE id = %(id)s AND state = 'pending'
+
+-- job_cancel_running --
+-- A running job is flagged; its supervisor kills the child and records the cancel.
+UPDATE jobs SET cancel_requested = true WHERE id = %(id)s AND state = 'running'
+
+-- job_state --
+-- One job's state.
+SELECT state FROM jobs WHERE id = %(id)s
+
+-- job_retry --
+-- A failed or cancelled job runs again with its attempts reset (durable steps kept).
+UPDATE jobs
+SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = %(now)s::float8,
+    finished_at = NULL, started_at = NULL
+WHERE id = %(id)s AND state IN ('failed', 'cancelled')
+
+-- job_rescue_expired --
+-- Running jobs whose lease passed go back to pending, or end if cancelled or out of attempts.
+UPDATE jobs
+SET state = CASE WHEN cancel_requested THEN 'cancelled'
+                 WHEN attempts >= max_attempts THEN 'failed'
+                 ELSE 'pending' END,
+    error = 'attempt ' || attempts || ' lost its lease (its supervisor stopped renewing it)',
+    finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts
+                       THEN %(now)s::float8 END,
+    run_at = %(now)s::float8, owner = NULL, lease_until = NULL, cancel_requested = false
+WHERE state = 'running' AND lease_until < %(now)s::float8
+
+-- job_fail_past_deadline --
+-- Pending jobs past their deadline fail instead of starting.
+UPDATE jobs SET state = 'failed', error = 'passed its deadline', finished_at = %(now)s::float8
+WHERE state = 'pending' AND deadline_at IS NOT NULL AND deadline_at <= %(now)s::float8
+
+-- job_prune --
+-- Deletes one bounded batch of finished jobs.
+DELETE FROM jobs WHERE id IN (
+    SELECT id FROM jobs
+    WHERE state = ANY(%(states)s::text[]) AND finished_at < %(before)s::float8
+    LIMIT %(limit)s)
+
+-- queue_set_limit --
+-- Sets (or clears, with NULL) a queue's cluster-wide concurrency.
+INSERT INTO queues (name, concurrency) VALUES (%(queue)s, %(limit)s::integer)
+ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency
+
+-- queue_set_paused --
+-- Pauses or resumes claims from a queue, cluster-wide.
+INSERT INTO queues (name, paused) VALUES (%(queue)s, %(paused)s::boolean)
+ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
+
+-- queue_counts --
+-- Jobs per queue and state, and each queue's oldest pending job.
+SELECT queue, state, count(*) AS n, min(created_at) AS oldest FROM jobs GROUP BY queue, state
+
+-- schema_table_create --
+-- The table that records applied migrations.
+CREATE TABLE IF NOT EXISTS procqueue_schema (
+    version integer PRIMARY KEY, applied_at double precision NOT NULL)
+
+-- pg_lock --
+-- Takes a transaction-scoped advisory lock (migrations, claims); released at commit.
+SELECT pg_advisory_xact_lock(%(key)s::bigint)
+
+-- pg_schema_exists --
+-- Whether the store's schema exists (CREATE SCHEMA needs a privilege even when it does).
+SELECT count(*) AS n FROM pg_catalog.pg_namespace WHERE nspname = %(schema)s
+
+-- pg_notify --
+-- Wakes listening supervisors when the surrounding transaction commits.
+SELECT pg_catalog.pg_notify(%(channel)s, '')
+
+-- pg_search_path_get --
+-- The caller's search_path, saved before a transactional enqueue.
+SELECT pg_catalog.current_setting('search_path') AS path
+
+-- pg_search_path_set --
+-- Sets search_path for the rest of the current transaction only.
+SELECT pg_catalog.set_config('search_path', %(path)s, true)
