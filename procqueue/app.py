@@ -123,6 +123,12 @@ class App:
 
         return register(fn) if fn is not None else register
 
+    def using(self, dsn: str | None = None, *, clock: _clock.Clock | None = None) -> App:
+        """A new App with the same jobs on another database (or clock)."""
+        other = App(dsn, clock=clock or self.clock)
+        other.registry = self.registry
+        return other
+
     # -- database ---------------------------------------------------------
 
     def bind(self, dsn: str | None) -> None:

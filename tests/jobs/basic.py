@@ -134,3 +134,11 @@ def durable(cx: Context, log: str) -> list[int]:
 @app.job
 def typed(when: "__import__('datetime').datetime", n: int = 1) -> str:  # noqa: F821
     return f"{when.isoformat()} x{n}"
+
+
+@app.job
+def span(path: str, seconds: float) -> None:
+    start = time.time()
+    time.sleep(seconds)
+    with open(path, "a") as f:
+        f.write(f"{start} {time.time()}\n")
