@@ -187,7 +187,8 @@ class Pool:
             self.startup_failures += 1
             if self.startup_failures >= STARTUP_FAILURES_MAX:
                 raise errors.ConfigError(
-                    f"children keep dying before they start ({reason}); is {self.spec!r} importable?"
+                    f"children keep dying before they start ({reason}); "
+                    f"is {self.spec!r} importable?"
                 )
         elif not slot.retiring:
             log.warning("child %d (pid %d) died: %s", slot.index, child.pid, reason)

@@ -22,7 +22,7 @@ MAX_FRAME = 256 * 1024 * 1024
 _HEADER = struct.Struct(">I")
 
 
-class Message(msgspec.Struct, tag=True, frozen=True):
+class Message(msgspec.Struct, tag=True):
     """Base of every frame."""
 
 
@@ -93,8 +93,8 @@ ToChild = Run | StepSaved | Shutdown
 ToSupervisor = Hello | Progress | Step | Done | Failed
 
 _encoder = msgspec.msgpack.Encoder()
-_to_child = msgspec.msgpack.Decoder(ToChild)  # type: ignore[var-annotated]
-_to_supervisor = msgspec.msgpack.Decoder(ToSupervisor)  # type: ignore[var-annotated]
+_to_child = msgspec.msgpack.Decoder(ToChild)
+_to_supervisor = msgspec.msgpack.Decoder(ToSupervisor)
 
 
 def encode(message: Message) -> bytes:

@@ -132,14 +132,13 @@ class Supervisor:
                 self.pool.kill(slot, "drain", "handed back at shutdown", hard=True)
         if self.pool.busy():
             return False
-        if self._outcomes and self.clock.monotonic() < self._draining_until + 30:
-            return False
-        return True
+        # Outcomes a database outage holds back get 30 s more; after that
+        # their leases expire and the jobs are rescued elsewhere.
+        return not self._outcomes or self.clock.monotonic() >= self._draining_until + 30
 
     def _step(self, timers: dict[str, float]) -> None:
         s = self.settings
-        self.selector.select(self._timeout(timers))
-        for key, _ in self.selector.select(0):
+        for key, _ in self.selector.select(self._timeout(timers)):
             self._readable(key)
         self._reap()
         self.pool.escalate()
@@ -157,10 +156,10 @@ class Supervisor:
         if now >= timers["maintain"] and self._db_ok(now):
             timers["maintain"] = now + max(0.5, min(s.lease / 4, 15.0))
             self._maintain()
-        if self._draining_until is None and (self._want_claim or now >= timers["claim"]):
-            if self._db_ok(now) and self.pool.idle():
-                timers["claim"] = now + s.poll
-                self._claim()
+        claim_due = self._want_claim or now >= timers["claim"]
+        if self._draining_until is None and claim_due and self._db_ok(now) and self.pool.idle():
+            timers["claim"] = now + s.poll
+            self._claim()
         self._title()
 
     def _timeout(self, timers: dict[str, float]) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,9 +51,12 @@ def test_a_dying_child_fails_the_attempt_and_is_replaced(app: App, job: str, wor
 
 
 @pytest.mark.parametrize(
-    ("job", "words"), [("raise_system_exit", "SystemExit"), ("raise_keyboard_interrupt", "KeyboardInterrupt")]
+    ("job", "words"),
+    [("raise_system_exit", "SystemExit"), ("raise_keyboard_interrupt", "KeyboardInterrupt")],
 )
-def test_system_exit_and_keyboard_interrupt_fail_only_the_job(app: App, job: str, words: str) -> None:
+def test_system_exit_and_keyboard_interrupt_fail_only_the_job(
+    app: App, job: str, words: str
+) -> None:
     with supervising(app, SPEC, workers=1):
         before = finished(app, app.enqueue(JOB + "whoami")).result
         bad = finished(app, app.enqueue(JOB + job))
@@ -172,7 +176,7 @@ def test_serial_key_never_runs_two_at_once(app: App, tmp_path: Path) -> None:
             finished(app, i)
     intervals = sorted(tuple(map(float, line.split())) for line in spans.read_text().splitlines())
     assert len(intervals) == 4
-    for (_, end), (start, _) in zip(intervals, intervals[1:], strict=False):
+    for (_, end), (start, _) in itertools.pairwise(intervals):
         assert start >= end
 
 

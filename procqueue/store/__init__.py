@@ -8,6 +8,8 @@ import urllib.parse
 from procqueue import errors
 from procqueue.store.base import Store
 
+__all__ = ["DEFAULT_DSN", "Store", "describe", "open_store", "resolve_dsn"]
+
 DEFAULT_DSN = "sqlite:///procqueue.db"
 
 

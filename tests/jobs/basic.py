@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import datetime
 import os
 import signal
 import sys
@@ -132,7 +133,7 @@ def durable(cx: Context, log: str) -> list[int]:
 
 
 @app.job
-def typed(when: "__import__('datetime').datetime", n: int = 1) -> str:  # noqa: F821
+def typed(when: datetime.datetime, n: int = 1) -> str:
     return f"{when.isoformat()} x{n}"
 
 
