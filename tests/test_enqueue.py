@@ -1,0 +1,157 @@
+"""Producing and controlling jobs through the Python API, on both backends."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from procqueue import App, Backoff, EnqueueError, InvalidState, JobNotFound, JobState
+from procqueue.testing import ManualClock
+from tests.helpers import JOB
+from tests.jobs import basic
+
+
+@pytest.fixture
+def app(dsn: str) -> Iterator[App]:
+    a = basic.app.using(dsn, clock=ManualClock())
+    yield a
+    a.close()
+
+
+def count(app: App) -> int:
+    return len(app.jobs(limit=1000))
+
+
+def test_enqueue_by_job_by_name_and_configured(app: App) -> None:
+    a = app.enqueue(JOB + "add", {"a": 1, "b": 2})
+    b = app.enqueue(JOB + "add", {"a": 1, "b": 2}, priority=5, queue="bulk", tags=["x"])
+    c = basic.add.configure(delay=10, key="k1").enqueue(a=1, b=3)  # bound to basic.app
+    assert a < b
+    info = app.get(b)
+    assert (info.priority, info.queue, info.tags, info.args) == (5, "bulk", ["x"], {"a": 1, "b": 2})
+    assert c > 0
+
+
+def test_idempotent_key_returns_the_existing_job(app: App) -> None:
+    first = app.enqueue(JOB + "add", {"a": 1, "b": 2}, key="once")
+    again = app.enqueue(JOB + "add", {"a": 5, "b": 5}, key="once")
+    assert first == again and count(app) == 1
+
+
+def test_enqueue_many_is_one_batch(app: App) -> None:
+    ids = app.enqueue_many([(JOB + "add", {"a": i, "b": i}, {"priority": i}) for i in range(50)])
+    assert len(set(ids)) == 50 and count(app) == 50
+
+
+def test_delay_run_at_and_deadline_resolve_against_the_clock(app: App) -> None:
+    now = app.clock.now()
+    job_id = app.enqueue(JOB + "add", {"a": 1, "b": 2}, delay=30, deadline=60)
+    info = app.get(job_id)
+    assert info.run_at.timestamp() == pytest.approx(now + 30, abs=1)
+    assert info.deadline_at is not None
+    assert info.deadline_at.timestamp() == pytest.approx(now + 60, abs=1)
+    at = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
+    assert app.get(app.enqueue(JOB + "add", {"a": 1, "b": 2}, run_at=at)).run_at == at
+
+
+def test_rich_values_are_encoded(app: App) -> None:
+    value = {
+        "when": dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC),
+        "id": uuid.UUID(int=7),
+        "price": decimal.Decimal("1.50"),
+        "nested": [[[{"deep": True}]]],
+        "unicode": "héllo ✓",
+    }
+    info = app.get(app.enqueue(JOB + "echo", {"value": value}))
+    assert info.args["value"]["id"] == str(uuid.UUID(int=7))
+    assert info.args["value"]["nested"] == [[[{"deep": True}]]]
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "options", "words"),
+    [
+        ("nope.missing", {}, {}, "unknown job 'nope.missing'"),
+        (JOB + "add", {"a": 1}, {}, "missing a required argument: 'b'"),
+        (JOB + "add", {"a": 1, "b": 2, "c": 3}, {}, "unexpected keyword argument 'c'"),
+        (JOB + "echo", {"value": object()}, {}, "argument 'value'"),
+        (JOB + "add", {"a": 1, "b": 2}, {"colour": "red"}, "unknown option 'colour'"),
+        (JOB + "add", {"a": 1, "b": 2}, {"delay": -1}, "delay must be"),
+        (JOB + "add", {"a": 1, "b": 2}, {"max_attempts": 0}, "max_attempts"),
+        (JOB + "add", {"a": 1, "b": 2}, {"priority": "high"}, "invalid option"),
+        (JOB + "add", {"a": 1, "b": 2}, {"run_at": dt.datetime(2030, 1, 1)}, "timezone-aware"),
+    ],
+)
+def test_bad_input_raises_and_writes_nothing(
+    app: App, name: str, args: dict[str, object], options: dict[str, object], words: str
+) -> None:
+    with pytest.raises(EnqueueError, match=words.replace("(", r"\(")) as caught:
+        app.enqueue(name, args, **options)
+    assert "\n" not in str(caught.value)
+    assert count(app) == 0
+
+
+def test_a_bad_item_in_a_batch_writes_none_of_it(app: App) -> None:
+    with pytest.raises(EnqueueError):
+        app.enqueue_many([(JOB + "add", {"a": 1, "b": 1}, None), ("nope", {}, None)])
+    assert count(app) == 0
+
+
+def test_cancel_retry_and_their_errors(app: App) -> None:
+    job_id = app.enqueue(JOB + "add", {"a": 1, "b": 2})
+    assert app.cancel(job_id) == JobState.CANCELLED
+    with pytest.raises(InvalidState):
+        app.cancel(job_id)
+    app.retry(job_id)
+    info = app.get(job_id)
+    assert info.state == JobState.PENDING and info.attempts == 0
+    with pytest.raises(InvalidState):
+        app.retry(job_id)
+    with pytest.raises(JobNotFound):
+        app.get(10**9)
+    with pytest.raises(JobNotFound):
+        app.cancel(10**9)
+
+
+def test_jobs_listing_and_stats(app: App) -> None:
+    for i in range(3):
+        app.enqueue(JOB + "add", {"a": i, "b": i}, queue="bulk")
+    app.enqueue(JOB + "add", {"a": 0, "b": 0})
+    listed = app.jobs(queue="bulk")
+    assert [j.id for j in listed] == sorted((j.id for j in listed), reverse=True)
+    assert len(listed) == 3 and len(app.jobs(limit=2)) == 2
+    app.clock.advance(5)  # type: ignore[attr-defined]
+    stats = app.stats()
+    assert stats["bulk"].pending == 3 and stats["default"].pending == 1
+    assert (stats["bulk"].oldest_pending_age or 0) >= 5
+    app.pause("bulk")
+    assert app.stats()["bulk"].paused
+    app.resume("bulk")
+    assert not app.stats()["bulk"].paused
+
+
+def test_run_inline_needs_no_database() -> None:
+    offline = basic.app.using("sqlite:////nonexistent/dir/never.db")
+    assert offline.run_inline(basic.add, a=2, b=3) == 5
+    assert offline.run_inline(JOB + "typed", when="2024-01-01T00:00:00Z") == (
+        "2024-01-01T00:00:00+00:00 x1"
+    )
+    with pytest.raises(EnqueueError):
+        offline.run_inline(basic.add, a=1)
+    with pytest.raises(RuntimeError, match="failing attempt 1"):
+        offline.run_inline(basic.fail_then_succeed, times=1)
+
+
+def test_job_options_are_validated_at_registration() -> None:
+    from procqueue import ConfigError
+
+    scratch = App("sqlite:///unused.db")
+    with pytest.raises(ConfigError, match="unknown option 'colour'"):
+        scratch.job(colour="red")(lambda: None)
+    with pytest.raises(ConfigError, match="timeout"):
+        scratch.job(timeout=-1)(lambda: None)
+    job = scratch.job(backoff=Backoff(base=2), name="custom")(lambda: None)
+    assert job.name == "custom" and job.options.backoff.base == 2
