@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import math
 from typing import Any
 
 import msgspec
@@ -139,8 +140,29 @@ def bind_args(name: str, signature: inspect.Signature, args: dict[str, Any]) -> 
                     f"argument {key!r} of {name} cannot be encoded: {inner}"
                 ) from None
         raise errors.EnqueueError(f"arguments of {name} cannot be encoded: {exc}") from None
+    # JSON has no NaN/Infinity and msgspec writes them as null: refuse
+    # rather than change the value (only searched when a null was written).
+    if b"null" in encoded:
+        for key, value in args.items():
+            if _non_finite(msgspec.to_builtins(value)):
+                raise errors.EnqueueError(
+                    f"argument {key!r} of {name} holds NaN or infinity, which JSON cannot carry"
+                )
     if len(encoded) > MAX_ARGS_BYTES:
         raise errors.EnqueueError(
             f"arguments of {name} are {len(encoded)} bytes encoded; the limit is {MAX_ARGS_BYTES}"
         )
     return encoded
+
+
+def _non_finite(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -78,6 +78,8 @@ def test_rich_values_are_encoded(app: App) -> None:
         (JOB + "add", {"a": 1}, {}, "missing a required argument: 'b'"),
         (JOB + "add", {"a": 1, "b": 2, "c": 3}, {}, "unexpected keyword argument 'c'"),
         (JOB + "echo", {"value": object()}, {}, "argument 'value'"),
+        (JOB + "echo", {"value": [1.0, {"x": float("nan")}]}, {}, "NaN or infinity"),
+        (JOB + "echo", {"value": "\ud800"}, {}, "argument 'value'.*surrogates"),
         (JOB + "add", {"a": 1, "b": 2}, {"colour": "red"}, "unknown option 'colour'"),
         (JOB + "add", {"a": 1, "b": 2}, {"delay": -1}, "delay must be"),
         (JOB + "add", {"a": 1, "b": 2}, {"max_attempts": 0}, "max_attempts"),

@@ -143,3 +143,12 @@ def span(path: str, seconds: float) -> None:
     time.sleep(seconds)
     with open(path, "a") as f:
         f.write(f"{start} {time.time()}\n")
+
+
+@app.job(max_attempts=3)
+def stall_first(cx: Context, marker: str) -> int:
+    if cx.attempt == 1:
+        Path(marker).write_text(str(os.getpid()))
+        while True:
+            time.sleep(0.05)
+    return cx.attempt
