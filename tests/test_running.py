@@ -198,6 +198,8 @@ def test_children_hold_no_database_connection(app: App, tmp_path: Path) -> None:
         job_id = app.enqueue(JOB + "sleep_forever", {"marker": str(marker)})
         pid = read_pid(marker)
         targets = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        assert f"procqueue child 1 {JOB}sleep_forever#{job_id}" in title
         app.cancel(job_id)
         wait_until(lambda: state_is(app, job_id, JobState.CANCELLED), what="cancel")
     assert not [t for t in targets if t.startswith("socket:") or ".db" in t], targets
