@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -52,6 +53,21 @@ def _row_to_info(row: sqlite3.Row) -> models.JobInfo:
     )
 
 
+def _enable_wal(db: sqlite3.Connection) -> None:
+    """Switches `db` to WAL. On a fresh file that others open at the same time,
+    SQLite reports "database is locked" at once instead of waiting out the busy
+    timeout, so that wait is done here."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_S
+    while True:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
+
+
 class SqliteStore:
     """A `Store` on one SQLite file. Safe to share between threads (one lock)."""
 
@@ -64,7 +80,7 @@ class SqliteStore:
                 path, timeout=_BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
             self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _enable_wal(self._db)
             # WAL + NORMAL survives any process crash; only an OS crash may lose
             # the last transactions.
             self._db.execute("PRAGMA synchronous=NORMAL")

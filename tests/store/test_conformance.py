@@ -8,8 +8,9 @@ the clock, so nothing here sleeps.
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -20,6 +21,7 @@ from procqueue import errors, models
 from procqueue.models import JobState
 from procqueue.store import open_store
 from procqueue.store.base import SCHEMA_VERSION, Store
+from tests.conftest import drop_pg_schema, make_pg_dsn
 from tests.store.factories import (
     BASE,
     LEASE,
@@ -47,6 +49,26 @@ def store(dsn: str) -> Iterator[Store]:
         s.close()
 
 
+@pytest.fixture
+def fresh_dsns(dsn: str) -> Iterator[Callable[[], str]]:
+    """Makes more empty databases on `dsn`'s backend (dropped at teardown)."""
+    schemas: list[str] = []
+    counter = itertools.count()
+
+    def make() -> str:
+        if dsn.startswith("sqlite:"):
+            return f"{dsn.removesuffix('.db')}-{next(counter)}.db"
+        url, schema = make_pg_dsn()
+        schemas.append(schema)
+        return url
+
+    try:
+        yield make
+    finally:
+        for schema in schemas:
+            drop_pg_schema(schema)
+
+
 def _all_jobs(store: Store, **filters: Any) -> list[models.JobInfo]:
     args: dict[str, Any] = {"state": None, "queue": None, "name": None, "limit": 100_000}
     args.update(filters)
@@ -64,24 +86,34 @@ def test_migrate_twice_is_a_noop_returning_the_same_version(store: Store) -> Non
     assert get(store, id_).args == {"keep": True}
 
 
-def test_migrate_is_safe_to_race_on_a_fresh_database(dsn: str) -> None:
-    barrier = threading.Barrier(4)
+def _open_and_migrate_together(dsn: str, threads: int) -> list[int]:
+    """`threads` threads open their own store on `dsn` at once and migrate it."""
+    barrier = threading.Barrier(threads)
 
-    def migrate() -> int:
+    def migrate(_: int) -> int:
+        barrier.wait(timeout=30)
         s = open_store(dsn)
         try:
-            barrier.wait(timeout=30)
             return s.migrate()
         finally:
             s.close()
 
-    with ThreadPoolExecutor(4) as pool:
-        versions = list(pool.map(lambda _: migrate(), range(4)))
-    assert versions == [SCHEMA_VERSION] * 4
-    s = open_store(dsn)
+    with ThreadPoolExecutor(threads) as pool:
+        return list(pool.map(migrate, range(threads)))
+
+
+def test_open_and_migrate_are_safe_to_race_on_fresh_databases(
+    fresh_dsns: Callable[[], str],
+) -> None:
+    # A race loses only now and then: try it on many fresh databases.
+    for _ in range(40):
+        target = fresh_dsns()
+        assert _open_and_migrate_together(target, 4) == [SCHEMA_VERSION] * 4
+    s = open_store(target)
     try:
         assert s.migrate() == SCHEMA_VERSION
-        assert insert(s, new_job()) != []
+        (id_,) = insert(s, new_job(args={"after": "race"}))
+        assert get(s, id_).args == {"after": "race"}
     finally:
         s.close()
 
