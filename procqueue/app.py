@@ -15,11 +15,11 @@ import threading
 import time
 import typing
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Generic, ParamSpec, TypeVar
+from typing import Any, Generic, ParamSpec, TypeVar, overload
 
 import msgspec
 
-from procqueue import _clock, errors, models
+from procqueue import _clock, cron, errors, models
 from procqueue import store as store_mod
 from procqueue.context import Context
 from procqueue.jobdef import JobOptions, bind_args, parse_options
@@ -106,14 +106,23 @@ class App:
         self._store: store_mod.Store | None = None
         self._lock = threading.Lock()
         self._wake_hooks: list[Callable[[], None]] = []
+        self.schedules: list[cron.Schedule] = []
 
     # -- registration -----------------------------------------------------
+
+    @overload
+    def job(self, fn: Callable[P, R], /) -> Job[P, R]: ...
+
+    @overload
+    def job(self, fn: None = None, /, **options: Any) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 
     def job(self, fn: Callable[P, R] | None = None, /, **options: Any) -> Any:
         """Registers a job: ``@app.job`` or ``@app.job(queue=..., timeout=...)``."""
 
         def register(fn: Callable[P, R]) -> Job[P, R]:
             name = options.pop("name", None) or f"{fn.__module__}.{fn.__qualname__}"
+            if options.get("on_failure") is not None:
+                options["on_failure"] = self._handler_name(options["on_failure"])
             parsed = parse_options(options, JobOptions(), now=0.0, registering=True)
             if name in self.registry:
                 raise errors.ConfigError(f"job {name!r} is registered twice")
@@ -127,7 +136,63 @@ class App:
         """A new App with the same jobs on another database (or clock)."""
         other = App(dsn, clock=clock or self.clock)
         other.registry = self.registry
+        other.schedules = self.schedules
         return other
+
+    def cron(
+        self,
+        expr: str,
+        *,
+        timezone: str = "UTC",
+        args: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> Callable[[Callable[P, R]], Job[P, R]]:
+        """Registers a job enqueued on every tick of `expr`, once cluster-wide.
+
+        Raises ConfigError at import for a malformed expression (quoted), one
+        that never fires, or `args` that don't fit the function.
+        """
+        cron.validate(expr, timezone)
+
+        def register(fn: Callable[P, R]) -> Job[P, R]:
+            job: Job[P, R] = self.job(**options)(fn)
+            try:
+                bind_args(job.name, job.arg_signature, args or {})
+            except errors.EnqueueError as exc:
+                raise errors.ConfigError(f"cron {expr!r}: {exc}") from None
+            self.schedules.append(
+                cron.Schedule(
+                    job=job.name,
+                    expr=expr,
+                    timezone=timezone,
+                    args=args or {},
+                    queue=options.get("queue"),
+                )
+            )
+            return job
+
+        return register
+
+    def _handler_name(self, handler: Any) -> str:
+        """The job name of an on_failure handler, registering a plain function."""
+        if isinstance(handler, Job):
+            return handler.name
+        if isinstance(handler, str):
+            self.lookup(handler)
+            return handler
+        if callable(handler):
+            name = f"{handler.__module__}.{handler.__qualname__}"
+            if name not in self.registry:
+                self.job(handler)
+            return name
+        raise errors.ConfigError(f"on_failure must be a job or a function, got {handler!r}")
+
+    def failure_handler_job(self, info: models.JobInfo, handler: str) -> models.NewJob:
+        """The job that runs `handler` once for `info`, a job that gave up."""
+        job = self.lookup(handler)
+        params = list(job.arg_signature.parameters)
+        key = f"on_failure:{info.id}:{info.finished_at.isoformat() if info.finished_at else ''}"
+        return self.prepare(handler, {params[0]: info} if params else {}, {"key": key})
 
     # -- database ---------------------------------------------------------
 
@@ -174,6 +239,8 @@ class App:
     ) -> models.NewJob:
         """Validates and encodes one enqueue; raises EnqueueError, writes nothing."""
         job = self.lookup(name)
+        if options.get("on_failure") is not None:
+            options = {**options, "on_failure": self._handler_name(options["on_failure"])}
         parsed = parse_options(options, job.options, now=self.clock.now())
         encoded = bind_args(name, job.arg_signature, args or {})
         o = parsed.options
@@ -191,6 +258,7 @@ class App:
             key=parsed.key,
             serial_key=parsed.serial_key,
             tags=list(o.tags),
+            on_failure=o.on_failure,
         )
 
     def enqueue(

@@ -29,6 +29,9 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_memory_per_child: float | None = None
     """MB of RSS; a child past it is replaced after its job."""
     retention_days: float = 7.0
+    """Done and cancelled jobs are pruned this long after they finish."""
+    cron: bool = True
+    """Enqueue the app's cron ticks (every supervisor may; keys dedupe)."""
     progress_interval: float = 0.25
     """At most one progress write per job per this many seconds."""
     titles: bool = False

@@ -16,7 +16,17 @@ MAX_ARGS_BYTES = 64 * 1024 * 1024
 """Largest encoded arguments accepted (the pipe frame limit is well above)."""
 
 _REGISTER_OPTIONS = frozenset(
-    {"queue", "priority", "max_attempts", "timeout", "backoff", "deadline", "tags", "max_memory"}
+    {
+        "queue",
+        "priority",
+        "max_attempts",
+        "timeout",
+        "backoff",
+        "deadline",
+        "tags",
+        "max_memory",
+        "on_failure",
+    }
 )
 _CALL_OPTIONS = _REGISTER_OPTIONS | {"delay", "run_at", "key", "serial_key"}
 
@@ -34,6 +44,8 @@ class JobOptions(msgspec.Struct, frozen=True):
     tags: tuple[str, ...] = ()
     max_memory: int | None = None
     """MB of RSS; the child is killed past it."""
+    on_failure: str | None = None
+    """Name of the job run once, with this job's JobInfo, after it gives up."""
 
 
 class ParsedOptions(msgspec.Struct, frozen=True):

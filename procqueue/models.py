@@ -131,7 +131,7 @@ def cap_error(text: str) -> str:
     """`text` cut to ERROR_MAX_CHARS, keeping its head and its tail (the raise site)."""
     if len(text) <= ERROR_MAX_CHARS:
         return text
-    half = ERROR_MAX_CHARS // 2 - 10
+    half = (ERROR_MAX_CHARS - 40) // 2  # room for the marker line
     return f"{text[:half]}\n[... {len(text) - 2 * half} chars cut ...]\n{text[-half:]}"
 
 

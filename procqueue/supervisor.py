@@ -22,6 +22,7 @@ from procqueue import _clock, config, errors, models, protocol, retry
 from procqueue import store as store_mod
 from procqueue._faults import Faults
 from procqueue.app import App
+from procqueue.maintenance import Maintenance
 from procqueue.pool import Pool, Slot
 
 log = logging.getLogger("procqueue.supervisor")
@@ -52,6 +53,7 @@ class Supervisor:
         self.store = store_mod.open_store(store_mod.resolve_dsn(app.dsn))
         self.selector = selectors.DefaultSelector()
         self.pool = Pool(spec=spec, settings=settings, clock=self.clock, selector=self.selector)
+        self.maintenance = Maintenance(app=app, store=self.store, settings=settings, db=self._db)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -154,8 +156,11 @@ class Supervisor:
             timers["cancel"] = now + min(s.poll, 1.0)
             self._cancel_requested(self._db(self.store.job_cancel_requested, owner=self.owner))
         if now >= timers["maintain"] and self._db_ok(now):
-            timers["maintain"] = now + max(0.5, min(s.lease / 4, 15.0))
-            self._maintain()
+            timers["maintain"] = now + min(1.0, s.lease / 4)
+            if self.maintenance.step(self.clock.now()):
+                self._want_claim = True
+        if self.maintenance.pruning and self._db_ok(now):
+            self.maintenance.prune_batch(self.clock.now())
         claim_due = self._want_claim or now >= timers["claim"]
         if self._draining_until is None and claim_due and self._db_ok(now) and self.pool.idle():
             timers["claim"] = now + s.poll
@@ -486,14 +491,6 @@ class Supervisor:
         for slot in self.pool.busy():
             if ids and slot.job is not None and slot.job.id in ids:
                 self.pool.kill(slot, "cancel", "cancelled")
-
-    def _maintain(self) -> None:
-        now = self.clock.now()
-        rescued = self._db(self.store.job_rescue_expired, now=now)
-        if rescued:
-            log.warning("%d jobs whose leases expired were made available again", rescued)
-            self._want_claim = True
-        self._db(self.store.job_fail_past_deadline, now=now)
 
     def _claim(self) -> None:
         idle = self.pool.idle()

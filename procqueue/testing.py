@@ -41,7 +41,13 @@ def supervising(
 ) -> Iterator[Supervisor]:
     """Runs a Supervisor for `app` in a thread; on exit drains it and joins,
     re-raising anything the supervisor raised."""
-    defaults: dict[str, Any] = {"workers": 2, "poll": 0.05, "lease": 10.0, "grace": 5.0, "kill_grace": 0.5}
+    defaults: dict[str, Any] = {
+        "workers": 2,
+        "poll": 0.05,
+        "lease": 10.0,
+        "grace": 5.0,
+        "kill_grace": 0.5,
+    }
     supervisor = Supervisor(
         app, spec=spec, settings=config.Settings(**{**defaults, **settings}), faults=faults
     )

@@ -9,14 +9,14 @@ supervisor that lost its lease can never overwrite the one that took over.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import msgspec
 
 from procqueue import models
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The schema version this code writes and reads."""
 
 
@@ -149,6 +149,26 @@ class Store(Protocol):
 
     def job_prune(self, *, states: Iterable[str], before: float, limit: int) -> int:
         """Deletes up to `limit` jobs in `states` finished before `before`."""
+        ...
+
+    def job_sweep_failures(
+        self,
+        *,
+        now: float,
+        limit: int,
+        handler_job: Callable[[models.JobInfo, str], models.NewJob],
+    ) -> int:
+        """Enqueues the on_failure handler of up to `limit` jobs that gave up.
+
+        In one transaction per job: the handler job built by
+        `handler_job(info, handler_name)` is inserted and the failed job marked,
+        so racing sweepers enqueue each handler once. A job whose handler
+        can't be built (it raised) is marked and skipped. Returns how many.
+        """
+        ...
+
+    def chore_claim(self, *, name: str, every: float, now: float) -> bool:
+        """True for exactly one caller per `every` seconds, cluster-wide."""
         ...
 
     def queue_set_limit(self, *, queue: str, limit: int | None) -> None: ...

@@ -8,10 +8,11 @@ machine may share the file.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -20,6 +21,7 @@ import msgspec
 from procqueue import errors, models
 from procqueue.store import _queries, base
 
+log = logging.getLogger("procqueue.store")
 _Q = _queries.load("sqlite")
 _BUSY_TIMEOUT_S = 60.0
 _encode = msgspec.json.encode
@@ -136,7 +138,10 @@ class SqliteStore:
                 )
             for version, script in _queries.migrations("sqlite"):
                 if version > current:
-                    for statement in script.split(";"):
+                    code = "\n".join(
+                        line for line in script.splitlines() if not line.lstrip().startswith("--")
+                    )
+                    for statement in code.split(";"):
                         if statement.strip():
                             db.execute(statement)
                     db.execute(_Q["schema_version_set"], {"version": version, "now": 0.0})
@@ -163,30 +168,36 @@ class SqliteStore:
         ids: list[int] = []
         with self._errors(), self._tx() as db:
             for job in jobs:
-                row = db.execute(
-                    _Q["job_insert"],
-                    {
-                        "name": job.name,
-                        "queue": job.queue,
-                        "priority": job.priority,
-                        "max_attempts": job.max_attempts,
-                        "args": job.args.decode(),
-                        "key": job.key,
-                        "serial_key": job.serial_key,
-                        "tags": _encode(job.tags).decode(),
-                        "timeout": job.timeout,
-                        "max_memory": job.max_memory,
-                        "backoff": _encode(job.backoff).decode(),
-                        "on_failure": job.on_failure,
-                        "run_at": now if job.run_at is None else job.run_at,
-                        "now": now,
-                        "deadline_at": job.deadline_at,
-                    },
-                ).fetchone()
-                if row is None:
-                    row = db.execute(_Q["job_id_by_key"], {"key": job.key}).fetchone()
-                ids.append(row["id"])
+                ids.append(self._insert(db, job, now))
         return ids
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, job: models.NewJob, now: float) -> int:
+        """Inserts one job (or finds the holder of its key); returns the id."""
+        row = db.execute(
+            _Q["job_insert"],
+            {
+                "name": job.name,
+                "queue": job.queue,
+                "priority": job.priority,
+                "max_attempts": job.max_attempts,
+                "args": job.args.decode(),
+                "key": job.key,
+                "serial_key": job.serial_key,
+                "tags": _encode(job.tags).decode(),
+                "timeout": job.timeout,
+                "max_memory": job.max_memory,
+                "backoff": _encode(job.backoff).decode(),
+                "on_failure": job.on_failure,
+                "run_at": now if job.run_at is None else job.run_at,
+                "now": now,
+                "deadline_at": job.deadline_at,
+            },
+        ).fetchone()
+        if row is None:
+            row = db.execute(_Q["job_id_by_key"], {"key": job.key}).fetchone()
+        job_id: int = row["id"]
+        return job_id
 
     def job_get(self, *, id: int) -> models.JobInfo | None:
         rows = self._all("job_get", id=id)
@@ -347,6 +358,33 @@ class SqliteStore:
         with self._errors(), self._tx():
             return self._run(
                 "job_prune", states=_encode(wanted).decode(), before=before, limit=limit
+            )
+
+    def job_sweep_failures(
+        self,
+        *,
+        now: float,
+        limit: int,
+        handler_job: Callable[[models.JobInfo, str], models.NewJob],
+    ) -> int:
+        handled = 0
+        with self._errors(), self._tx() as db:
+            for row in db.execute(_Q["job_failures_unhandled"], {"limit": limit}).fetchall():
+                db.execute(_Q["job_mark_failure_handled"], {"id": row["id"]})
+                try:
+                    job = handler_job(_row_to_info(row), row["on_failure"])
+                except errors.ProcqueueError as exc:
+                    log.error("job %d: on_failure handler not enqueued: %s", row["id"], exc)
+                    continue
+                self._insert(db, job, now)
+                handled += 1
+        return handled
+
+    def chore_claim(self, *, name: str, every: float, now: float) -> bool:
+        with self._errors(), self._tx() as db:
+            return (
+                db.execute(_Q["chore_claim"], {"name": name, "every": every, "now": now}).rowcount
+                > 0
             )
 
     # -- queues -----------------------------------------------------------

@@ -125,7 +125,7 @@ SELECT state FROM jobs WHERE id = :id
 -- A failed or cancelled job runs again with its attempts reset (durable steps kept).
 UPDATE jobs
 SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
-    finished_at = NULL, started_at = NULL
+    finished_at = NULL, started_at = NULL, failure_handled = 0
 WHERE id = :id AND state IN ('failed', 'cancelled')
 
 -- job_rescue_expired --
@@ -168,3 +168,23 @@ SELECT queue, state, count(*) AS n, min(created_at) AS oldest FROM jobs GROUP BY
 -- schema_table_create --
 -- The table that records applied migrations.
 CREATE TABLE IF NOT EXISTS procqueue_schema (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)
+
+-- job_failures_unhandled --
+-- Jobs that gave up and whose on_failure handler was not enqueued yet.
+SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
+       on_failure
+FROM jobs
+WHERE state = 'failed' AND on_failure IS NOT NULL AND failure_handled = 0
+ORDER BY id
+LIMIT :limit
+
+-- job_mark_failure_handled --
+-- Marks a job's on_failure handler as enqueued.
+UPDATE jobs SET failure_handled = 1 WHERE id = :id AND state = 'failed' AND failure_handled = 0
+
+-- chore_claim --
+-- Takes a periodic chore if it has not run for `every` seconds (one row changes for one taker).
+INSERT INTO chores (name, last_run) VALUES (:name, :now)
+ON CONFLICT (name) DO UPDATE SET last_run = excluded.last_run
+WHERE chores.last_run <= :now - :every

@@ -1,0 +1,113 @@
+"""The supervisor's chores: rescuing expired leases, failing jobs past their
+deadline, enqueuing cron ticks and on_failure handlers, pruning.
+
+Each chore is safe with any number of supervisors: rescues and deadline
+failures are single fenced statements, cron ticks and handler jobs are
+deduplicated by key (and, for handlers, marked in the same transaction),
+and pruning is taken by one supervisor per hour through a chore row.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from procqueue import config, cron, models
+from procqueue.app import App
+from procqueue.store.base import Store
+
+log = logging.getLogger("procqueue.supervisor")
+
+PRUNE_EVERY_S = 3600.0
+PRUNE_BATCH = 2000
+"""Rows deleted per statement: a table of millions never holds a long lock."""
+FAILURE_SWEEP_BATCH = 100
+
+Db = Callable[..., Any]
+"""Calls a store method; returns None when the database is unavailable."""
+
+
+class Maintenance:
+    """One supervisor's share of the cluster's chores."""
+
+    def __init__(self, *, app: App, store: Store, settings: config.Settings, db: Db) -> None:
+        self.app = app
+        self.store = store
+        self.settings = settings
+        self.db = db
+        self.cron_after: dict[tuple[str, str], float] = {}
+        self.pruning = False
+        self.pruned = 0
+
+    def step(self, now: float) -> bool:
+        """One pass of every chore; True if jobs may have become claimable."""
+        woke = bool(self.db(self.store.job_rescue_expired, now=now))
+        if woke:
+            log.warning("jobs whose leases expired were made available again")
+        self.db(self.store.job_fail_past_deadline, now=now)
+        if self.settings.cron and self.app.schedules:
+            woke = self._cron(now) or woke
+        swept = self.db(
+            self.store.job_sweep_failures,
+            now=now,
+            limit=FAILURE_SWEEP_BATCH,
+            handler_job=self.app.failure_handler_job,
+        )
+        if not self.pruning and self.db(
+            self.store.chore_claim, name="prune", every=PRUNE_EVERY_S, now=now
+        ):
+            self.pruning = True
+            self.pruned = 0
+        return woke or bool(swept)
+
+    def prune_batch(self, now: float) -> None:
+        """Deletes one bounded batch of expired done/cancelled jobs."""
+        before = now - self.settings.retention_days * 86400
+        n = self.db(
+            self.store.job_prune, states=("done", "cancelled"), before=before, limit=PRUNE_BATCH
+        )
+        if n is None:
+            return
+        self.pruned += n
+        if n < PRUNE_BATCH:
+            self.pruning = False
+            if self.pruned:
+                log.info(
+                    "pruned %d finished jobs older than %g days",
+                    self.pruned,
+                    self.settings.retention_days,
+                )
+
+    def _cron(self, now: float) -> bool:
+        jobs: list[models.NewJob] = []
+        advanced: dict[tuple[str, str], float] = {}
+        for schedule in self.app.schedules:
+            ident = (schedule.job, schedule.expr)
+            after = self.cron_after.get(ident)
+            if after is None:  # at start: the current tick, never the ones before it
+                previous = cron.previous_tick(schedule, now)
+                after = now if previous is None else previous - 1e-3
+            ticks = cron.ticks_between(schedule, after, now)
+            if len(ticks) == cron.MAX_TICKS_PER_PASS:
+                log.warning(
+                    "cron %s: clock jumped; enqueued %d ticks and skipped the rest",
+                    schedule.job,
+                    len(ticks),
+                )
+            advanced[ident] = now
+            options: dict[str, Any] = {"queue": schedule.queue} if schedule.queue else {}
+            for tick in ticks:
+                at = dt.datetime.fromtimestamp(tick, tz=dt.UTC)
+                jobs.append(
+                    self.app.prepare(
+                        schedule.job,
+                        schedule.args,
+                        {**options, "key": cron.tick_key(schedule, tick), "run_at": at},
+                    )
+                )
+        if jobs and self.db(self.store.job_insert_many, jobs=jobs, now=now) is None:
+            return False  # not advanced: the next pass enqueues them again
+        self.cron_after.update(advanced)
+        return bool(jobs)
