@@ -3,6 +3,7 @@ exactly once, deadlines, pruning — driven by a manual clock."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -38,7 +39,7 @@ def test_three_supervisors_enqueue_each_cron_tick_once(dsn: str, clock: ManualCl
         wait_until(lambda: ticks(app)[-1] >= first + 3600, what="an hour of ticks")
     seen = ticks(app)
     assert len(seen) == len(set(seen))
-    assert all(b - a == 60 for a, b in zip(seen, seen[1:], strict=False))
+    assert all(b - a == 60 for a, b in itertools.pairwise(seen))
     assert len([t for t in seen if first < t <= first + 3600]) == 60
     app.close()
 
