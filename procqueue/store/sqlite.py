@@ -19,7 +19,7 @@ from typing import Any
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _queries, base
+from procqueue.store import _queries, _wake, base
 
 log = logging.getLogger("procqueue.store")
 _Q = _queries.load("sqlite")
@@ -89,6 +89,7 @@ class SqliteStore:
         except sqlite3.Error as exc:
             raise errors.StoreError(f"cannot open SQLite database {path!r}: {exc}") from None
         self._lock = threading.RLock()
+        self._wake = _wake.WakeDir(path)
 
     # -- plumbing ---------------------------------------------------------
 
@@ -150,15 +151,16 @@ class SqliteStore:
 
     def close(self) -> None:
         with self._lock:
+            self._wake.close()
             self._db.close()
 
     # -- jobs -------------------------------------------------------------
 
     def wake_fileno(self) -> int | None:
-        return None
+        return self._wake.listen()
 
     def wake_drain(self) -> bool:
-        return False
+        return self._wake.drain()
 
     def job_insert_many(
         self, *, jobs: Sequence[models.NewJob], now: float, connection: object | None = None
@@ -169,6 +171,7 @@ class SqliteStore:
         with self._errors(), self._tx() as db:
             for job in jobs:
                 ids.append(self._insert(db, job, now))
+        self._wake.notify()
         return ids
 
     @staticmethod
@@ -336,9 +339,11 @@ class SqliteStore:
 
     def job_retry(self, *, id: int, now: float) -> None:
         with self._errors(), self._tx() as db:
-            if db.execute(_Q["job_retry"], {"id": id, "now": now}).rowcount:
-                return
-            row = db.execute(_Q["job_state"], {"id": id}).fetchone()
+            retried = db.execute(_Q["job_retry"], {"id": id, "now": now}).rowcount
+            row = None if retried else db.execute(_Q["job_state"], {"id": id}).fetchone()
+        if retried:
+            self._wake.notify()
+            return
         if row is None:
             raise errors.JobNotFound(f"no job {id}")
         raise errors.InvalidState(
