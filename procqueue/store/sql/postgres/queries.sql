@@ -51,13 +51,19 @@ SELECT queue, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY queue
 SELECT DISTINCT serial_key FROM jobs WHERE state = 'running' AND serial_key IS NOT NULL
 
 -- job_candidates --
--- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused
--- queues; walks the jobs_claim partial index and skips rows another transaction holds.
+-- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
+-- queues at their limit and serial keys already running (so they can't hide the jobs behind them).
+-- Walks the jobs_claim partial index; skips rows another transaction holds.
 SELECT id, queue, serial_key FROM jobs
 WHERE state = 'pending' AND run_at <= %(now)s::float8
   AND (deadline_at IS NULL OR deadline_at > %(now)s::float8)
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
   AND queue NOT IN (SELECT name FROM queues WHERE paused)
+  AND queue NOT IN (SELECT q.name FROM queues q WHERE q.concurrency IS NOT NULL
+                    AND q.concurrency <= (SELECT count(*) FROM jobs r
+                                          WHERE r.state = 'running' AND r.queue = q.name))
+  AND (serial_key IS NULL OR serial_key NOT IN
+       (SELECT s.serial_key FROM jobs s WHERE s.state = 'running' AND s.serial_key IS NOT NULL))
 ORDER BY priority DESC, run_at, id
 LIMIT %(limit)s
 FOR UPDATE OF jobs SKIP LOCKED
@@ -121,7 +127,7 @@ SELECT state FROM jobs WHERE id = %(id)s
 -- A failed or cancelled job runs again with its attempts reset (durable steps kept).
 UPDATE jobs
 SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = %(now)s::float8,
-    finished_at = NULL, started_at = NULL
+    finished_at = NULL, started_at = NULL, failure_handled = false
 WHERE id = %(id)s AND state IN ('failed', 'cancelled')
 
 -- job_rescue_expired --
@@ -166,6 +172,29 @@ SELECT queue, state, count(*) AS n, min(created_at) AS oldest FROM jobs GROUP BY
 -- The table that records applied migrations.
 CREATE TABLE IF NOT EXISTS procqueue_schema (
     version integer PRIMARY KEY, applied_at double precision NOT NULL)
+
+-- job_failures_unhandled --
+-- Jobs that gave up and whose on_failure handler was not enqueued yet; a racing sweeper
+-- skips the rows this one holds.
+SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
+       on_failure
+FROM jobs
+WHERE state = 'failed' AND on_failure IS NOT NULL AND NOT failure_handled
+ORDER BY id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- job_mark_failure_handled --
+-- Marks a job's on_failure handler as enqueued.
+UPDATE jobs SET failure_handled = true
+WHERE id = %(id)s AND state = 'failed' AND NOT failure_handled
+
+-- chore_claim --
+-- Takes a periodic chore if it has not run for `every` seconds (one row changes for one taker).
+INSERT INTO chores (name, last_run) VALUES (%(name)s, %(now)s::float8)
+ON CONFLICT (name) DO UPDATE SET last_run = excluded.last_run
+WHERE chores.last_run <= %(now)s::float8 - %(every)s::float8
 
 -- pg_lock --
 -- Takes a transaction-scoped advisory lock (migrations, claims); released at commit.
