@@ -1,0 +1,448 @@
+"""`procqueue demo`: crash isolation, live.
+
+Enqueues a batch of Mandelbrot tiles (`procqueue.demo_jobs`; a few of them
+segfault, hang past their timeout, exit or raise) into a fresh SQLite file,
+runs a supervisor over it in a background thread, draws each child and the
+overall progress in the terminal, and ends with the picture the tiles
+computed and a summary table.
+
+Run it as ``procqueue demo`` or ``python -m procqueue.demo``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import logging
+import math
+import os
+import queue
+import re
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from procqueue import config, demo_jobs, errors, models
+from procqueue.app import App
+from procqueue.pool import Slot
+from procqueue.supervisor import Supervisor
+
+SPEC = "procqueue.demo_jobs"
+DEFAULT_JOBS = 300
+DEFAULT_DB = "procqueue-demo.db"
+_FRAME_S = 0.1
+_PLAIN_EVERY_S = 2.0
+_EVENTS_SHOWN = 5
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+RED, GREEN, YELLOW, CYAN, DIM, BOLD = "31", "32", "33", "36", "2", "1"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds the demo's options to `parser`."""
+    parser.add_argument(
+        "--jobs", type=_positive, default=DEFAULT_JOBS, metavar="N",
+        help=f"how many tiles to compute (default: {DEFAULT_JOBS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--workers", type=_positive, default=os.cpu_count() or 1, metavar="N",
+        help="child processes (default: one per CPU)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--db", default=DEFAULT_DB, metavar="PATH",
+        help=f"SQLite file to use, replaced if it exists (default: ./{DEFAULT_DB})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--no-live", action="store_true", help="no live view: a progress line every 2 s"
+    )
+
+
+def _positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
+# -- terminal helpers ---------------------------------------------------------
+
+
+class Style:
+    """ANSI colours, or none."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+
+    def __call__(self, text: str, *codes: str) -> str:
+        if not self.enabled or not codes or not text:
+            return text
+        return f"\x1b[{';'.join(codes)}m{text}\x1b[0m"
+
+
+def clip(line: str, width: int) -> str:
+    """`line` cut to `width` visible characters (ANSI sequences don't count)."""
+    out: list[str] = []
+    seen = pos = 0
+    for match in [*_ANSI.finditer(line), None]:
+        text = line[pos : len(line) if match is None else match.start()]
+        if seen + len(text) > width:
+            out.append(text[: width - seen])
+            return "".join(out) + ("\x1b[0m" if _ANSI.search(line) else "")
+        out.append(text)
+        seen += len(text)
+        if match is not None:
+            out.append(match.group())
+            pos = match.end()
+    return "".join(out)
+
+
+def bar(parts: list[tuple[float, str]], width: int, style: Style) -> str:
+    """A bar of `width` cells: the coloured parts (fractions) in order, then the rest."""
+    cells, used = [], 0
+    for fraction, colour in parts:
+        n = min(width - used, round(max(0.0, fraction) * width))
+        cells.append(style("█" * n, colour))
+        used += n
+    return "".join(cells) + style("░" * (width - used), DIM)
+
+
+def short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+# -- what the supervisor logs -------------------------------------------------
+
+
+class Events(logging.Handler):
+    """Turns the supervisor's log records into one-line demo events.
+
+    Records are handled in the supervisor's thread, so a child's slot still
+    holds the job and the kill reason when its death is logged.
+    """
+
+    def __init__(self, style: Style, names: dict[int, str]) -> None:
+        super().__init__(logging.INFO)
+        self.style = style
+        self.names = names
+        """Job id -> name, for the records that only carry the id."""
+        self.sup: Supervisor | None = None
+        self.new: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self.deaths = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            text = self.describe(record)
+        except Exception:
+            text = record.getMessage()
+        if text:
+            self.new.put(text)
+
+    def describe(self, record: logging.LogRecord) -> str | None:
+        """The event line for `record`, or None for records not worth showing."""
+        if record.name != "procqueue.supervisor":
+            return None  # relayed child output, store messages
+        s, msg = self.style, str(record.msg)
+        args: tuple[Any, ...] = record.args if isinstance(record.args, tuple) else ()
+        if msg.startswith("child %d (pid %d) died") and len(args) == 3:
+            self.deaths += 1
+            index, pid, reason = args
+            slot = self._slot(int(index))
+            job = f" running #{slot.job.id} {short(slot.job.name)}" if slot and slot.job else ""
+            how, mark = str(reason).replace("child process ", ""), "✖"
+            if slot is not None and slot.kill_reason and slot.kill_reason[0] == "timeout":
+                how, mark = f"{slot.kill_reason[1]}, {how}", "⏱"
+            return s(f"{mark} child {index} (pid {pid}) died{job}: {how} — replaced", RED)
+        if msg.startswith("job %d attempt %d failed, retry") and len(args) == 4:
+            id_, attempt, wait, error = args
+            if str(error).startswith(("child process", "timed out")):
+                return None  # its child's death is the event
+            name = short(self.names.get(int(id_), "job"))
+            line = f"↻ job #{id_} {name} attempt {attempt}: {error} — retry in {wait:.1f}s"
+            return s(line, YELLOW)
+        if msg.startswith("job %d %s:") and len(args) == 3:
+            id_, state, error = args
+            name = short(self.names.get(int(id_), "job"))
+            return s(f"✖ job #{id_} {name} {state} for good: {error}", RED, BOLD)
+        if record.levelno >= logging.WARNING:
+            return s(f"! {record.getMessage()}", YELLOW)
+        return None
+
+    def _slot(self, index: int) -> Slot | None:
+        slots = self.sup.pool.slots if self.sup is not None else []
+        return next((slot for slot in slots if slot.index == index), None)
+
+
+# -- the view -----------------------------------------------------------------
+
+
+def totals(app: App) -> collections.Counter[str]:
+    """Jobs per state, summed over queues."""
+    t: collections.Counter[str] = collections.Counter()
+    for q in app.stats().values():
+        t.update(done=q.done, failed=q.failed, cancelled=q.cancelled)
+        t.update(pending=q.pending, running=q.running)
+    return t
+
+
+class View:
+    """Draws the run: redrawn in place on a terminal, plain lines otherwise.
+
+    Reads the supervisor's slots from another thread: each attribute read
+    is atomic, and a slot that changes between two reads is drawn right on
+    the next frame.
+    """
+
+    def __init__(self, sup: Supervisor, events: Events, n: int, live: bool, out: TextIO) -> None:
+        self.sup, self.events, self.n, self.live, self.out = sup, events, n, live, out
+        self.style = events.style
+        self.recent: collections.deque[str] = collections.deque(maxlen=_EVENTS_SHOWN)
+        self.progress: dict[int, tuple[int, str | None, float | None]] = {}
+        """Slot index -> (job id, text, fraction): the slot forgets once it is written."""
+        self.first_pid: dict[int, int] = {}
+        self.stopped = False
+        self.height = 0
+        self.last_plain = -math.inf
+        self.start = time.monotonic()
+
+    def tick(self, t: collections.Counter[str], *, final: bool = False) -> None:
+        """Takes in new events and draws (a plain line every ~2 s)."""
+        fresh: list[str] = []
+        while not self.events.new.empty():
+            fresh.append(self.events.new.get())
+        for slot in self.sup.pool.slots:
+            job, progress = slot.job, slot.progress
+            if job is None:
+                self.progress.pop(slot.index, None)
+            elif progress is not None:
+                self.progress[slot.index] = (job.id, *progress)
+        if self.live:
+            self.recent.extend(fresh)
+            recent = [f"  {line}" for line in self.recent]
+            recent += [""] * (_EVENTS_SHOWN - len(recent))
+            self._draw([*self._children(), "", *recent, self._overall(t)])
+            return
+        self.out.writelines(f"  {line}\n" for line in fresh)
+        now = time.monotonic()
+        if final or now - self.last_plain >= _PLAIN_EVERY_S:
+            self.last_plain = now
+            self.out.write(self._overall(t) + "\n")
+        self.out.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.out.write("\x1b[?25h")  # the cursor, hidden while drawing
+            self.out.flush()
+
+    def _children(self) -> list[str]:
+        s, slots = self.style, self.sup.pool.slots
+        room = max(1, shutil.get_terminal_size().lines - _EVENTS_SHOWN - 4)
+        shown = slots[:room] if len(slots) > room + 1 else slots
+        lines = []
+        for slot in shown:
+            child, job = slot.child, slot.job
+            head = f"  child {slot.index:<{len(str(len(slots)))}}  "
+            head += s(f"pid {child.pid if child else '-':<7}", DIM) + "  "
+            if job is None:
+                if self.stopped or (child is not None and child.ready):
+                    state = "stopped" if self.stopped else "idle"
+                elif child is None or self.first_pid.setdefault(slot.index, child.pid) == child.pid:
+                    state = "starting…"
+                else:
+                    state = "replacement starting…"
+                lines.append(head + s(state, DIM))
+                continue
+            if child is not None:
+                self.first_pid.setdefault(slot.index, child.pid)
+            seen = self.progress.get(slot.index)
+            text, fraction = seen[1:] if seen and seen[0] == job.id else (None, None)
+            done = fraction or 0.0
+            elapsed = time.monotonic() - slot.started
+            again = s(f"  attempt {job.attempt}", YELLOW) if job.attempt > 1 else ""
+            lines.append(
+                f"{head}{s('▶', GREEN)} job #{job.id:<5} {short(job.name):<16}"
+                f"[{bar([(done, CYAN)], 12, s)}] {done:4.0%}  {text or '':<11}"
+                f"{s(f'{elapsed:4.1f}s', DIM)}{again}"
+            )
+        if len(shown) < len(slots):
+            busy = sum(1 for slot in slots[len(shown) :] if slot.job is not None)
+            lines.append(s(f"  … and {len(slots) - len(shown)} more children, {busy} busy", DIM))
+        return lines
+
+    def _overall(self, t: collections.Counter[str]) -> str:
+        s, n = self.style, max(self.n, 1)
+        elapsed = max(time.monotonic() - self.start, 1e-9)
+        done, failed, cancelled = t["done"], t["failed"], t["cancelled"]
+        finished = done + failed + cancelled
+        parts = [(done / n, GREEN), (failed / n, RED), (cancelled / n, DIM)]
+        retries = self.sup.counts.get("retried", 0)
+        return (
+            f"  [{bar(parts, 30, s)}] {finished}/{self.n}  {s(f'done {done}', GREEN)}  "
+            f"{s(f'retries {retries}', YELLOW)}  {s(f'failed {failed}', RED)}  "
+            f"{finished / elapsed:5.1f} jobs/s  {s(f'{elapsed:5.1f}s', DIM)}"
+        )
+
+    def _draw(self, lines: list[str]) -> None:
+        width = max(20, shutil.get_terminal_size().columns - 1)  # no wrapping: we count lines
+        up = f"\x1b[{self.height}F" if self.height else "\x1b[?25l"
+        body = "".join(f"\x1b[2K{clip(line, width)}\n" for line in lines)
+        self.out.write(f"{up}{body}\x1b[J")
+        self.out.flush()
+        self.height = len(lines)
+
+
+# -- the run ------------------------------------------------------------------
+
+
+def main(args: argparse.Namespace) -> int:
+    """Runs the demo. Returns 0 once every job has finished (some fail on
+    purpose), 130 after Ctrl-C, 1 if the demo could not run."""
+    try:
+        return _run(args)
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        return 130
+    except (OSError, errors.ProcqueueError) as exc:
+        print(f"procqueue demo: {exc}", file=sys.stderr)
+        return 1
+
+
+def _fresh_db(path: Path) -> None:
+    """Removes a previous demo database (and its -wal/-shm) at `path`."""
+    if path.exists() and path.stat().st_size:
+        with path.open("rb") as f:
+            if f.read(16) != b"SQLite format 3\x00":
+                raise errors.ConfigError(f"{path} is not a SQLite file; not replacing it")
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _run(args: argparse.Namespace) -> int:
+    style = Style(sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
+    path = Path(args.db).resolve()
+    _fresh_db(path)
+    app = demo_jobs.app.using(f"sqlite:///{path}")
+    batch = demo_jobs.plan(args.jobs)
+    kinds = collections.Counter(short(name) for name, _, _ in batch)
+    print(style(f"procqueue demo: {args.jobs} Mandelbrot tiles, {args.workers} children", BOLD))
+    print(style(f"  database {path}", DIM))
+    for kind, words in demo_jobs.KINDS.items():
+        if kinds[kind] and kind != "mandelbrot_tile":
+            print(f"  {kinds[kind]:3} of {args.jobs} tiles: {words}")
+    print()
+    ids = app.enqueue_many(batch)
+    events = Events(style, {i: name for i, (name, _, _) in zip(ids, batch, strict=True)})
+    settings = config.Settings(workers=args.workers, poll=0.05, lease=10, grace=5, kill_grace=0.5)
+    logger = logging.getLogger("procqueue")
+    saved = (logger.level, logger.propagate)
+    logger.addHandler(events)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False  # the supervisor's own lines would tear the live view
+    try:
+        sup = Supervisor(app, spec=SPEC, settings=settings)
+        events.sup = sup
+        return _watch(app, sup, events, args)
+    finally:
+        logger.removeHandler(events)
+        logger.setLevel(saved[0])
+        logger.propagate = saved[1]
+        app.close()
+
+
+def _watch(app: App, sup: Supervisor, events: Events, args: argparse.Namespace) -> int:
+    """Runs `sup` in a thread and draws until every job is final, then summarizes."""
+    crashed: list[BaseException] = []
+
+    def supervise() -> None:
+        try:
+            sup.run()
+        except BaseException as exc:
+            crashed.append(exc)
+
+    thread = threading.Thread(target=supervise, name="procqueue-demo-supervisor")
+    live = sys.stdout.isatty() and not args.no_live
+    view = View(sup, events, args.jobs, live=live, out=sys.stdout)
+    interrupted = False
+    try:
+        thread.start()
+        while not crashed:
+            t = totals(app)
+            if t["pending"] + t["running"] == 0:
+                break
+            view.tick(t)
+            time.sleep(_FRAME_S)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        wall = time.monotonic() - view.start
+        sup.request_stop()  # a drain: running jobs may finish (grace 5 s)
+        try:
+            while thread.is_alive():
+                try:
+                    thread.join(0.1)
+                except KeyboardInterrupt:
+                    interrupted = True
+                    sup.request_stop()  # the second stop kills and hands back at once
+            view.stopped = True
+            view.tick(totals(app), final=True)
+        finally:
+            view.close()
+    if crashed:
+        print(f"procqueue demo: the supervisor stopped: {crashed[0]}", file=sys.stderr)
+        return 1
+    print()
+    if interrupted:
+        print("interrupted: the supervisor stopped cleanly; unfinished jobs stay in the database")
+        return 130
+    summary(app, args, wall, sup.counts.get("retried", 0), events.deaths, events.style)
+    return 0
+
+
+# -- the summary --------------------------------------------------------------
+
+
+def summary(
+    app: App, args: argparse.Namespace, wall: float, retries: int, deaths: int, s: Style
+) -> None:
+    """Prints the picture, the table of outcomes and what the run showed."""
+    done = app.jobs(state="done", limit=args.jobs)
+    failed = app.jobs(state="failed", limit=args.jobs)
+    retried = sum(1 for j in done if j.attempts > 1)
+    causes = collections.Counter(demo_jobs.cause(j.error) for j in failed)
+    order = ["segfault", "timeout", "exit code", "killed", "exception"]
+    breakdown = ", ".join(f"{causes[c]} {c}" for c in order if causes[c])
+    print(mosaic(done, failed, s), end="\n\n")
+    rows = [
+        ("done", s(str(len(done)), GREEN, BOLD), f"{len(done) / args.jobs:.0%} of {args.jobs}"),
+        ("retried", s(str(retried), YELLOW, BOLD), f"done after a retry ({retries} retries)"),
+        ("failed", s(str(len(failed)), RED, BOLD), breakdown or "none"),
+        ("jobs/s", f"{args.jobs / max(wall, 1e-9):.1f}", f"with {args.workers} workers"),
+        ("wall time", f"{wall:.1f} s", ""),
+    ]
+    rule = s("  " + "─" * 60, DIM)
+    print(rule)
+    for label, value, note in rows:
+        pad = " " * (8 - len(_ANSI.sub("", value)))
+        print(f"  {label:<10}{pad}{value}   {s(note, DIM)}")
+    print(rule)
+    print(s(f"{deaths} children crashed and were replaced; the supervisor never stopped.", BOLD))
+
+
+def mosaic(done: list[models.JobInfo], failed: list[models.JobInfo], s: Style) -> str:
+    """The picture the tiles computed, one character a tile; ✖ for failed tiles."""
+
+    def paint(char: str, job: models.JobInfo) -> str:
+        if job.state == models.JobState.FAILED:
+            return s(char, RED, BOLD)
+        return s(char, YELLOW if job.attempts > 1 else CYAN)
+
+    lines = [f"  {line}" for line in demo_jobs.picture([*done, *failed], paint)]
+    legend = "✖ failed, yellow: done after a retry" if s.enabled else "✖ failed"
+    return "\n".join([*lines, s(f"  the image the tiles computed ({legend})", DIM)])
+
+
+if __name__ == "__main__":
+    _parser = argparse.ArgumentParser(prog="procqueue demo", description="crash isolation, live")
+    add_arguments(_parser)
+    sys.exit(main(_parser.parse_args()))
