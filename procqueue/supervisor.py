@@ -73,6 +73,8 @@ class Supervisor:
 
     def wake(self) -> None:
         """Claims as soon as possible (safe from any thread)."""
+        if self._wake_w < 0:
+            return  # stopped: the descriptor number may belong to another file now
         try:
             os.write(self._wake_w, b"w")
         except (BlockingIOError, OSError):
@@ -87,9 +89,10 @@ class Supervisor:
 
     def run(self, *, install_signals: bool = False) -> int:
         """Supervises until stopped; returns the exit code (0 after a drain)."""
+        previous = {}
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
-                signal.signal(sig, lambda *_: self.request_stop())
+                previous[sig] = signal.signal(sig, lambda *_: self.request_stop())
         self.store.migrate()
         for queue, limit in self.settings.limits.items():
             self.store.queue_set_limit(queue=queue, limit=limit)
@@ -115,6 +118,8 @@ class Supervisor:
                 self._step(timers)
         finally:
             self._close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         log.info("stopped: %s", ", ".join(f"{k} {v}" for k, v in self.counts.items()))
         return 0
 
@@ -534,8 +539,10 @@ class Supervisor:
         self.pool.shutdown(wait=self.settings.kill_grace)
         self._flush_outcomes()
         self.selector.close()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+        wake_r, wake_w = self._wake_r, self._wake_w
+        self._wake_r = self._wake_w = -1
+        os.close(wake_r)
+        os.close(wake_w)
         self.store.close()
 
     def _wake_hook_registered(self) -> bool:

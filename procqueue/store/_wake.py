@@ -78,4 +78,5 @@ class WakeDir:
         if self._path is not None:
             with contextlib.suppress(OSError):
                 os.unlink(self._path)
+                os.rmdir(self.dir)  # only when no other supervisor listens
             self._path = None
