@@ -207,7 +207,7 @@ class Supervisor:
                     pass
             else:
                 self.store.wake_drain()
-                self._listen()
+                self._listen(force=True)
             self._want_claim = True
             return
         slot, kind = key.data
@@ -439,12 +439,14 @@ class Supervisor:
             self._listen()
         return result
 
-    def _listen(self) -> None:
+    def _listen(self, *, force: bool = False) -> None:
+        """(Re-)registers the store's wake-up descriptor, which changes when
+        the store reconnects; `force` re-registers even the same number."""
         try:
             fd = self.store.wake_fileno()
         except errors.StoreError:
             fd = None
-        if fd == self._listen_fd:
+        if fd == self._listen_fd and not force:
             return
         if self._listen_fd is not None:
             try:

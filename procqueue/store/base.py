@@ -38,7 +38,7 @@ class Renewal(msgspec.Struct, frozen=True):
 
 
 class Store(Protocol):
-    """A job database. One instance serves one thread."""
+    """A job database. An instance is safe to share between threads."""
 
     backend: str
 
@@ -64,7 +64,8 @@ class Store(Protocol):
 
     def wake_fileno(self) -> int | None:
         """A file descriptor that becomes readable when jobs were enqueued
-        (PostgreSQL LISTEN), or None when the backend has none (SQLite)."""
+        (PostgreSQL LISTEN, SQLite datagram socket), or None when there is
+        none now (ask again later; polling covers the gap)."""
         ...
 
     def wake_drain(self) -> bool:
@@ -160,7 +161,7 @@ class Store(Protocol):
     ) -> int:
         """Enqueues the on_failure handler of up to `limit` jobs that gave up.
 
-        In one transaction per job: the handler job built by
+        In one transaction per batch: the handler job built by
         `handler_job(info, handler_name)` is inserted and the failed job marked,
         so racing sweepers enqueue each handler once. A job whose handler
         can't be built (it raised) is marked and skipped. Returns how many.
