@@ -161,7 +161,10 @@ class PostgresStore:
         port = params.get("port") or os.environ.get("PGPORT") or "5432"
         db = params.get("dbname") or os.environ.get("PGDATABASE") or "(default)"
         self.where = f"{host}:{port} database {db}"
-        defaults = {"connect_timeout": int(_TIMEOUT_S), "application_name": "procqueue"}
+        defaults = {
+            "connect_timeout": int(_TIMEOUT_S),
+            "application_name": f"procqueue:{self.schema}",  # lets tests and ops find them
+        }
         self._kwargs: dict[str, Any] = {k: v for k, v in defaults.items() if k not in params}
         self._channel = f"procqueue_{self.schema}"
         self._claim_key = _lock_key("claim", self.schema)
