@@ -34,6 +34,8 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Enqueue the app's cron ticks (every supervisor may; keys dedupe)."""
     progress_interval: float = 0.25
     """At most one progress write per job per this many seconds."""
+    metrics_port: int | None = None
+    """Serve Prometheus metrics on 127.0.0.1:PORT."""
     titles: bool = False
     """Set process titles (the CLI does; tests running in-process don't)."""
 

@@ -61,6 +61,8 @@ class JobInfo(msgspec.Struct, frozen=True):
     started_at: dt.datetime | None
     finished_at: dt.datetime | None
     deadline_at: dt.datetime | None
+    pid: int | None = None
+    """The child process that ran (or runs) the latest attempt, once known."""
 
 
 class NewJob(msgspec.Struct, frozen=True):
@@ -97,6 +99,7 @@ class ClaimedJob(msgspec.Struct, frozen=True):
     backoff: Backoff
     deadline_at: float | None
     serial_key: str | None
+    run_at: float
 
 
 class Outcome(msgspec.Struct, frozen=True):

@@ -39,6 +39,7 @@ class Slot:
     progress: tuple[str | None, float | None] | None = None
     progress_written: float = 0.0
     memory_checked: float = 0.0
+    pid_written: bool = False
     dead: bool = False
     retiring: bool = False
 
@@ -121,6 +122,7 @@ class Pool:
         slot.started = self.clock.monotonic()
         slot.timeout_at = None if job.timeout is None else slot.started + job.timeout
         slot.progress = None
+        slot.pid_written = False
         message = protocol.Run(
             job_id=job.id,
             attempt=job.attempt,

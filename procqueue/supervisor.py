@@ -23,11 +23,13 @@ from procqueue import store as store_mod
 from procqueue._faults import Faults
 from procqueue.app import App
 from procqueue.maintenance import Maintenance
+from procqueue.metrics import Metrics
 from procqueue.pool import Pool, Slot
 
 log = logging.getLogger("procqueue.supervisor")
 
 _MEMORY_CHECK_S = 0.25
+_PID_AFTER_S = 1.0
 _OUTAGE_BACKOFF_MAX_S = 5.0
 
 
@@ -53,6 +55,8 @@ class Supervisor:
         self.store = store_mod.open_store(store_mod.resolve_dsn(app.dsn))
         self.selector = selectors.DefaultSelector()
         self.pool = Pool(spec=spec, settings=settings, clock=self.clock, selector=self.selector)
+        self.metrics = Metrics()
+        self.metrics.children.set(settings.workers)
         self.maintenance = Maintenance(app=app, store=self.store, settings=settings, db=self._db)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
@@ -100,6 +104,8 @@ class Supervisor:
         self._listen()
         self.app.on_enqueue(self.wake)
         self.pool.start()
+        if self.settings.metrics_port is not None:
+            self.metrics.serve(self.settings.metrics_port)
         log.info(
             "supervising %s with %d children (owner %s)",
             self.spec,
@@ -151,6 +157,7 @@ class Supervisor:
         self.pool.escalate()
         now = self.clock.monotonic()
         self._enforce_limits(now)
+        self._note_pids(now)
         self._flush_progress(now)
         if self._db_ok(now):
             self._flush_outcomes()
@@ -299,75 +306,82 @@ class Supervisor:
             slot.child.send(protocol.StepSaved(job_id=job.id, name=message.name))
 
     def _finish(self, slot: Slot, outcome: models.Outcome) -> None:
-        self._record(outcome)
+        assert slot.job is not None
+        self._record(slot.job, slot, outcome)
         self.pool.finished_job(slot)
         self._want_claim = True
 
-    def _record(self, outcome: models.Outcome) -> None:
-        key = {"done": "done", "failed": "failed", "cancelled": "cancelled"}.get(outcome.state)
-        if key:
-            self.counts[key] += 1
-        elif not outcome.refund:
-            self.counts["retried"] += 1
-        if outcome.state == models.JobState.DONE:
-            log.debug("job %d done", outcome.id)
-        elif outcome.state == models.JobState.PENDING and not outcome.refund:
-            wait = (outcome.run_at or 0) - self.clock.now()
+    def _record(self, job: models.ClaimedJob, slot: Slot, outcome: models.Outcome) -> None:
+        """Queues `outcome` for the next batch write, and counts and logs it."""
+        if outcome.refund:
+            event = "handed_back"
+        elif outcome.state == models.JobState.PENDING:
+            event = "retried"
+        else:
+            event = outcome.state.value
+        if event in self.counts:
+            self.counts[event] += 1
+        self.metrics.finished.labels(job.queue, job.name, event).inc()
+        self.metrics.run_seconds.labels(job.queue, job.name).observe(
+            self.clock.monotonic() - slot.started
+        )
+        if event == "done":
+            log.debug("job %d done", job.id)
+        elif event == "retried":
             log.info(
                 "job %d attempt %d failed, retry in %.1fs: %s",
-                outcome.id,
-                outcome.attempt,
-                wait,
+                job.id,
+                job.attempt,
+                (outcome.run_at or 0) - self.clock.now(),
                 _first_line(outcome.error),
             )
-        elif outcome.state != models.JobState.PENDING:
-            log.info("job %d %s: %s", outcome.id, outcome.state, _first_line(outcome.error))
+        elif event == "handed_back":
+            log.info("job %d handed back (attempt %d not spent)", job.id, job.attempt)
+        else:
+            log.info("job %d %s: %s", job.id, event, _first_line(outcome.error))
         self._outcomes.append(outcome)
 
     def _reap(self) -> None:
         for slot in self.pool.slots:
-            job, reason = slot.job, slot.kill_reason
+            job, reason, retiring = slot.job, slot.kill_reason, slot.retiring
             died = self.pool.reap(slot)
             if died is None:
                 continue
+            kind, words = reason or (("recycle" if retiring else "crash"), "")
+            self.metrics.restarts.labels(kind).inc()
             slot.job = None
             if job is None:
                 continue
-            kind, words = reason or ("crash", "")
+            self._want_claim = True
             if kind == "lease":
+                self.metrics.leases_lost.inc()
                 log.warning("job %d: lease lost, its child was killed", job.id)
-            elif kind == "cancel":
-                self._record(
-                    models.Outcome(
-                        id=job.id,
-                        attempt=job.attempt,
-                        state=models.JobState.CANCELLED,
-                        error="cancelled while running",
-                    )
+                continue
+            if kind == "cancel":
+                outcome = models.Outcome(
+                    id=job.id,
+                    attempt=job.attempt,
+                    state=models.JobState.CANCELLED,
+                    error="cancelled while running",
                 )
             elif kind == "drain":
-                self._record(
-                    models.Outcome(
-                        id=job.id,
-                        attempt=job.attempt,
-                        state=models.JobState.PENDING,
-                        run_at=self.clock.now(),
-                        refund=True,
-                    )
+                outcome = models.Outcome(
+                    id=job.id,
+                    attempt=job.attempt,
+                    state=models.JobState.PENDING,
+                    run_at=self.clock.now(),
+                    refund=True,
                 )
             else:
-                error = died if kind == "crash" else f"{words} ({died})"
-                self._record(
-                    retry.after_failure(
-                        job,
-                        error=error,
-                        permanent=False,
-                        delay=None,
-                        now=self.clock.now(),
-                        rng=self.rng,
-                    )
+                outcome = retry.after_failure(
+                    job,
+                    error=died if kind in ("crash", "recycle") else f"{words} ({died})",
+                    permanent=False,
+                    delay=None,
+                    now=self.clock.now(),
+                    rng=self.rng,
                 )
-            self._want_claim = True
+            self._record(job, slot, outcome)
 
     def _enforce_limits(self, now: float) -> None:
         for slot in self.pool.busy():
@@ -386,6 +400,22 @@ class Supervisor:
                         f"exceeded max_memory ({rss:.0f} MB > {job.max_memory} MB)",
                         hard=True,
                     )
+
+    def _note_pids(self, now: float) -> None:
+        """Writes the child's pid of jobs running over a second (for operators);
+        short jobs never pay for it."""
+        for slot in self.pool.busy():
+            job, child = slot.job, slot.child
+            if job is None or child is None or slot.pid_written or slot.kill_reason is not None:
+                continue
+            if now - slot.started < _PID_AFTER_S or not self._db_ok(now):
+                continue
+            slot.pid_written = True
+            if (
+                self._db(self.store.job_set_pid, id=job.id, attempt=job.attempt, pid=child.pid)
+                is False
+            ):
+                self.pool.kill(slot, "lease", "lease lost", hard=True)
 
     def _flush_progress(self, now: float) -> None:
         for slot in self.pool.busy():
@@ -478,6 +508,7 @@ class Supervisor:
         )
         if renewal is None:
             return
+        self.metrics.renewals.inc()
         for slot in self.pool.busy():
             job = slot.job
             if (
@@ -514,13 +545,17 @@ class Supervisor:
             return
         self._want_claim = len(jobs) == len(idle)
         self.counts["claimed"] += len(jobs)
+        self.metrics.claim_batch.observe(len(jobs))
         for slot, job in zip(idle, jobs, strict=False):
             log.debug("job %d %s attempt %d -> child %d", job.id, job.name, job.attempt, slot.index)
+            self.metrics.claimed.labels(job.queue, job.name).inc()
+            self.metrics.wait_seconds.labels(job.queue).observe(max(0.0, now - job.run_at))
             if not self.pool.dispatch(slot, job):
                 slot.dead = True
 
     def _title(self) -> None:
         busy = len(self.pool.busy())
+        self.metrics.busy.set(busy)
         if not self.settings.titles or busy == self._busy_title:
             return
         self._busy_title = busy

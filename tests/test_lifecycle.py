@@ -148,6 +148,7 @@ def _claimed(attempt: int, deadline: float | None = None) -> models.ClaimedJob:
         backoff=models.Backoff(base=10, factor=2, max=60, jitter=True),
         deadline_at=deadline,
         serial_key=None,
+        run_at=0.0,
     )
 
 

@@ -147,6 +147,7 @@ def test_cancel_kills_a_running_child(app: App, tmp_path: Path) -> None:
     with supervising(app, SPEC, workers=1):
         job_id = app.enqueue(JOB + "sleep_forever", {"marker": str(marker)})
         pid = read_pid(marker)
+        wait_until(lambda: app.get(job_id).pid == pid, what="the child's pid on the record")
         assert app.cancel(job_id) == JobState.RUNNING
         info = finished(app, job_id)
         wait_until(lambda: not pid_alive(pid), what="the cancelled child to exit")

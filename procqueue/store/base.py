@@ -119,6 +119,10 @@ class Store(Protocol):
         """Sets progress (fenced); False when the attempt is no longer running."""
         ...
 
+    def job_set_pid(self, *, id: int, attempt: int, pid: int) -> bool:
+        """Records the child running an attempt (fenced); False when it is no longer running."""
+        ...
+
     def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:
         """Saves a durable step's JSON result (fenced); False when the lease is lost."""
         ...

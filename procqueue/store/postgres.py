@@ -471,6 +471,9 @@ class PostgresStore:
         n = self._run("job_set_progress", id=id, attempt=attempt, text=text, fraction=fraction)
         return n > 0
 
+    def job_set_pid(self, *, id: int, attempt: int, pid: int) -> bool:
+        return self._run("job_set_pid", id=id, attempt=attempt, pid=pid) > 0
+
     def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:
         n = self._run("job_save_step", id=id, attempt=attempt, name=name, value=value.decode())
         return n > 0

@@ -52,6 +52,7 @@ def _row_to_info(row: sqlite3.Row) -> models.JobInfo:
         started_at=models.to_datetime(row["started_at"]),
         finished_at=models.to_datetime(row["finished_at"]),
         deadline_at=models.to_datetime(row["deadline_at"]),
+        pid=row["pid"],
     )
 
 
@@ -272,6 +273,7 @@ class SqliteStore:
                 backoff=_backoff_decoder.decode(r["backoff"]),
                 deadline_at=r["deadline_at"],
                 serial_key=r["serial_key"],
+                run_at=r["run_at"],
             )
             for r in taken
         ]
@@ -319,6 +321,9 @@ class SqliteStore:
         return (
             self._run("job_set_progress", id=id, attempt=attempt, text=text, fraction=fraction) > 0
         )
+
+    def job_set_pid(self, *, id: int, attempt: int, pid: int) -> bool:
+        return self._run("job_set_pid", id=id, attempt=attempt, pid=pid) > 0
 
     def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:
         n = self._run("job_save_step", id=id, attempt=attempt, name=name, value=value.decode())

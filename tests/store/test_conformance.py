@@ -410,7 +410,9 @@ def test_claim_increments_attempts_and_round_trips_claimed_fields(store: Store) 
         backoff=backoff,
         deadline_at=BASE + 1000,
         serial_key="s:1",
+        run_at=first.run_at,
     )
+    assert first.run_at == get(store, id_).run_at.timestamp()
     assert isinstance(first.args, bytes)
     assert msgspec.json.decode(first.args) == NESTED_ARGS
     assert get(store, id_).attempts == 1
@@ -590,6 +592,15 @@ STEPS: dict[str, Any] = {
     "a.b[0]": {"dotted": "name"},
     'quote"d \\ back': "slashes",
 }
+
+
+def test_set_pid_is_fenced_and_visible(store: Store) -> None:
+    id_ = insert_one(store)
+    claimed = claim_exactly(store, id_)
+    assert not store.job_set_pid(id=id_, attempt=claimed.attempt + 1, pid=4242)
+    assert get(store, id_).pid is None
+    assert store.job_set_pid(id=id_, attempt=claimed.attempt, pid=4242)
+    assert get(store, id_).pid == 4242
 
 
 def test_steps_are_fenced_and_come_back_on_the_next_claim(store: Store) -> None:

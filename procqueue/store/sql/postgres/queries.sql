@@ -24,13 +24,15 @@ SELECT id FROM jobs WHERE key = %(key)s
 -- job_get --
 -- One job's public record.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
-       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
+       pid
 FROM jobs WHERE id = %(id)s
 
 -- job_list --
 -- Jobs matching the given filters (NULL matches all), newest first.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
-       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
+       pid
 FROM jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -75,7 +77,7 @@ SET state = 'running', attempts = attempts + 1, owner = %(owner)s,
     lease_until = %(lease_until)s::float8, started_at = %(now)s::float8, cancel_requested = false
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key
+          deadline_at, serial_key, run_at
 
 -- job_renew_leases --
 -- Extends every lease an owner holds, in one statement.
@@ -178,7 +180,7 @@ CREATE TABLE IF NOT EXISTS procqueue_schema (
 -- skips the rows this one holds.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       on_failure
+       pid, on_failure
 FROM jobs
 WHERE state = 'failed' AND on_failure IS NOT NULL AND NOT failure_handled
 ORDER BY id
@@ -215,3 +217,7 @@ SELECT pg_catalog.current_setting('search_path') AS path
 -- pg_search_path_set --
 -- Sets search_path for the rest of the current transaction only.
 SELECT pg_catalog.set_config('search_path', %(path)s, true)
+
+-- job_set_pid --
+-- Records which child process runs an attempt (fenced).
+UPDATE jobs SET pid = %(pid)s WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'

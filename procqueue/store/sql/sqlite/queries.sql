@@ -22,13 +22,15 @@ SELECT id FROM jobs WHERE key = :key
 -- job_get --
 -- One job's public record.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
-       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
+       pid
 FROM jobs WHERE id = :id
 
 -- job_list --
 -- Jobs matching the given filters (NULL matches all), newest first.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
-       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
+       pid
 FROM jobs
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
@@ -71,7 +73,7 @@ SET state = 'running', attempts = attempts + 1, owner = :owner, lease_until = :l
     started_at = :now, cancel_requested = 0
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key
+          deadline_at, serial_key, run_at
 
 -- job_renew_leases --
 -- Extends every lease an owner holds, in one statement.
@@ -173,7 +175,7 @@ CREATE TABLE IF NOT EXISTS procqueue_schema (version INTEGER PRIMARY KEY, applie
 -- Jobs that gave up and whose on_failure handler was not enqueued yet.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       on_failure
+       pid, on_failure
 FROM jobs
 WHERE state = 'failed' AND on_failure IS NOT NULL AND failure_handled = 0
 ORDER BY id
@@ -188,3 +190,7 @@ UPDATE jobs SET failure_handled = 1 WHERE id = :id AND state = 'failed' AND fail
 INSERT INTO chores (name, last_run) VALUES (:name, :now)
 ON CONFLICT (name) DO UPDATE SET last_run = excluded.last_run
 WHERE chores.last_run <= :now - :every
+
+-- job_set_pid --
+-- Records which child process runs an attempt (fenced).
+UPDATE jobs SET pid = :pid WHERE id = :id AND attempts = :attempt AND state = 'running'

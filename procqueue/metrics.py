@@ -1,0 +1,65 @@
+"""Prometheus metrics of one supervisor (prometheus-client, own registry).
+
+Always collected (a few label lookups per job); served over HTTP only when
+``--metrics-port`` is given.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 1800, 3600)
+
+
+class Metrics:
+    """The supervisor's counters, histograms and gauges."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.claimed = Counter(
+            "procqueue_jobs_claimed", "Jobs claimed", ["queue", "name"], registry=r
+        )
+        self.finished = Counter(
+            "procqueue_jobs_finished",
+            "Attempts ended, by outcome: done, failed, retried, cancelled, handed_back",
+            ["queue", "name", "outcome"],
+            registry=r,
+        )
+        self.run_seconds = Histogram(
+            "procqueue_job_run_seconds",
+            "Run time of attempts",
+            ["queue", "name"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.wait_seconds = Histogram(
+            "procqueue_job_queue_wait_seconds",
+            "From run_at to claim",
+            ["queue"],
+            buckets=_SECONDS,
+            registry=r,
+        )
+        self.busy = Gauge("procqueue_children_busy", "Children running a job", registry=r)
+        self.children = Gauge("procqueue_children", "Child slots", registry=r)
+        self.restarts = Counter(
+            "procqueue_child_restarts",
+            "Children replaced, by reason: "
+            "crash, timeout, cancel, memory, recycle, lease, drain, error",
+            ["reason"],
+            registry=r,
+        )
+        self.renewals = Counter("procqueue_lease_renewals", "Lease renewal statements", registry=r)
+        self.leases_lost = Counter(
+            "procqueue_leases_lost", "Attempts whose lease was lost", registry=r
+        )
+        self.claim_batch = Histogram(
+            "procqueue_claim_batch_size",
+            "Jobs per claim",
+            buckets=(0, 1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Serves /metrics on `host:port` from a daemon thread."""
+        start_http_server(port, addr=host, registry=self.registry)
