@@ -97,6 +97,9 @@ class Supervisor:
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, lambda *_: self.request_stop())
+        # The pool logs every failed reconnect; the supervisor says one line
+        # per outage instead (see _db).
+        logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
         self.store.migrate()
         for queue, limit in self.settings.limits.items():
             self.store.queue_set_limit(queue=queue, limit=limit)

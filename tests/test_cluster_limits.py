@@ -113,7 +113,10 @@ def test_a_server_restart_mid_run_loses_nothing(
     assert all(i.attempts == 1 for i in infos), [i.attempts for i in infos]
     outages = [r for r in caplog.records if "database unavailable" in r.getMessage()]
     backs = [r for r in caplog.records if "database back" in r.getMessage()]
-    assert 1 <= len(outages) <= 2 and len(backs) == len(outages)
+    # The pool may ride out a short restart unseen; an outage it can't hide is
+    # one line when it starts and one when it ends, never a line per retry.
+    assert len(outages) <= 2 and len(backs) == len(outages)
+    assert not [r for r in caplog.records if r.name.startswith("psycopg")]
 
 
 def _wait_through_outage(app: App, job_id: int) -> object:
