@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from procqueue import config, cron, models
 from procqueue.app import App
+from procqueue.dbguard import DbGuard
 from procqueue.store.base import Store
 
 log = logging.getLogger("procqueue.supervisor")
@@ -25,14 +25,12 @@ PRUNE_BATCH = 2000
 """Rows deleted per statement: a table of millions never holds a long lock."""
 FAILURE_SWEEP_BATCH = 100
 
-Db = Callable[..., Any]
-"""Calls a store method; returns None when the database is unavailable."""
 
 
 class Maintenance:
     """One supervisor's share of the cluster's chores."""
 
-    def __init__(self, *, app: App, store: Store, settings: config.Settings, db: Db) -> None:
+    def __init__(self, *, app: App, store: Store, settings: config.Settings, db: DbGuard) -> None:
         self.app = app
         self.store = store
         self.settings = settings

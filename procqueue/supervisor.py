@@ -16,21 +16,20 @@ import selectors
 import signal
 import socket
 import threading
-from typing import Any
 
-from procqueue import _clock, config, errors, models, protocol, retry
+from procqueue import _clock, config, errors
 from procqueue import store as store_mod
 from procqueue._faults import Faults
 from procqueue.app import App
+from procqueue.attempts import Attempts
+from procqueue.dbguard import DbGuard
 from procqueue.maintenance import Maintenance
 from procqueue.metrics import Metrics
-from procqueue.pool import Pool, Slot
+from procqueue.pool import Pool
 
 log = logging.getLogger("procqueue.supervisor")
 
 _MEMORY_CHECK_S = 0.25
-_PID_AFTER_S = 1.0
-_OUTAGE_BACKOFF_MAX_S = 5.0
 
 
 class Supervisor:
@@ -49,29 +48,34 @@ class Supervisor:
         self.spec = spec
         self.settings = settings
         self.clock: _clock.Clock = app.clock
-        self.faults = faults
-        self.rng = rng or random.Random()
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.store = store_mod.open_store(store_mod.resolve_dsn(app.dsn))
         self.selector = selectors.DefaultSelector()
         self.pool = Pool(spec=spec, settings=settings, clock=self.clock, selector=self.selector)
         self.metrics = Metrics()
         self.metrics.children.set(settings.workers)
-        self.maintenance = Maintenance(app=app, store=self.store, settings=settings, db=self._db)
+        self.db = DbGuard(self.clock, on_recover=self._listen)
+        self.attempts = Attempts(
+            pool=self.pool,
+            store=self.store,
+            db=self.db,
+            clock=self.clock,
+            settings=settings,
+            metrics=self.metrics,
+            faults=faults,
+            rng=rng or random.Random(),
+        )
+        self.counts = self.attempts.counts
+        self.maintenance = Maintenance(app=app, store=self.store, settings=settings, db=self.db)
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._stops = 0
-        self._outcomes: list[models.Outcome] = []
         self._want_claim = True
         self._draining_until: float | None = None
         self._drain_killed = False
-        self._outage_since: float | None = None
-        self._retry_db_at = 0.0
-        self._outage_backoff = 0.25
         self._listen_fd: int | None = None
         self._busy_title = -1
-        self.counts = {"claimed": 0, "done": 0, "failed": 0, "retried": 0, "cancelled": 0}
 
     # -- control from other threads / signal handlers --------------------
 
@@ -150,34 +154,37 @@ class Supervisor:
             return False
         # Outcomes a database outage holds back get 30 s more; after that
         # their leases expire and the jobs are rescued elsewhere.
-        return not self._outcomes or self.clock.monotonic() >= self._draining_until + 30
+        return not self.attempts.outcomes or self.clock.monotonic() >= self._draining_until + 30
 
     def _step(self, timers: dict[str, float]) -> None:
         s = self.settings
         for key, _ in self.selector.select(self._timeout(timers)):
             self._readable(key)
-        self._reap()
+        self.attempts.reap()
         self.pool.escalate()
         now = self.clock.monotonic()
-        self._enforce_limits(now)
-        self._note_pids(now)
-        self._flush_progress(now)
-        if self._db_ok(now):
-            self._flush_outcomes()
-        if now >= timers["renew"] and self._db_ok(now):
+        self.attempts.enforce_limits(now)
+        self.attempts.note_pids(now)
+        self.attempts.flush_progress(now)
+        if self.db.ok(now):
+            self.attempts.flush()
+        if self.attempts.freed:
+            self.attempts.freed = False
+            self._want_claim = True
+        if now >= timers["renew"] and self.db.ok(now):
             timers["renew"] = now + s.lease / 3
             self._renew()
-        if now >= timers["cancel"] and self.pool.busy() and self._db_ok(now):
+        if now >= timers["cancel"] and self.pool.busy() and self.db.ok(now):
             timers["cancel"] = now + min(s.poll, 1.0)
-            self._cancel_requested(self._db(self.store.job_cancel_requested, owner=self.owner))
-        if now >= timers["maintain"] and self._db_ok(now):
+            self._cancel_requested(self.db(self.store.job_cancel_requested, owner=self.owner))
+        if now >= timers["maintain"] and self.db.ok(now):
             timers["maintain"] = now + min(1.0, s.lease / 4)
             if self.maintenance.step(self.clock.now()):
                 self._want_claim = True
-        if self.maintenance.pruning and self._db_ok(now):
+        if self.maintenance.pruning and self.db.ok(now):
             self.maintenance.prune_batch(self.clock.now())
         claim_due = self._want_claim or now >= timers["claim"]
-        if self._draining_until is None and claim_due and self._db_ok(now) and self.pool.idle():
+        if self._draining_until is None and claim_due and self.db.ok(now) and self.pool.idle():
             timers["claim"] = now + s.poll
             self._claim()
         self._title()
@@ -201,8 +208,8 @@ class Supervisor:
                 due.append(now + _MEMORY_CHECK_S)
         if self._draining_until is not None:
             due.append(self._draining_until)
-        if self._outcomes or self._outage_since is not None:
-            due.append(max(self._retry_db_at, now + 0.01))
+        if self.attempts.outcomes or self.db.down_since is not None:
+            due.append(max(self.db.retry_at, now + 0.01))
         return max(0.0, min(due) - now)
 
     # -- events -------------------------------------------------------------
@@ -235,242 +242,10 @@ class Supervisor:
             self.pool.kill(slot, "error", f"protocol error: {exc}", hard=True)
             messages = []
         for message in messages:
-            self._message(slot, message)
+            self.attempts.message(slot, message)
         if child.eof:
             self.selector.unregister(key.fd)
             slot.dead = True
-
-    def _message(self, slot: Slot, message: protocol.Message) -> None:
-        if isinstance(message, protocol.Hello):
-            if message.error is not None:
-                raise errors.ConfigError(message.error)
-            if message.version != protocol.PROTOCOL_VERSION:
-                raise errors.ProtocolError(f"child speaks protocol {message.version}")
-            assert slot.child is not None
-            slot.child.ready = True
-            self.pool.startup_failures = 0
-            self._want_claim = True
-            return
-        job = slot.job
-        if (
-            job is None
-            or slot.kill_reason is not None
-            or getattr(message, "job_id", None) != job.id
-        ):
-            return  # the attempt's outcome is already decided
-        if isinstance(message, protocol.Progress):
-            text, fraction = slot.progress or (None, None)
-            slot.progress = (
-                message.text or text,
-                message.fraction if message.fraction is not None else fraction,
-            )
-        elif isinstance(message, protocol.Step):
-            self._save_step(slot, job, message)
-        elif isinstance(message, protocol.Done):
-            self._finish(
-                slot,
-                models.Outcome(
-                    id=job.id,
-                    attempt=job.attempt,
-                    state=models.JobState.DONE,
-                    result=message.result,
-                ),
-            )
-        elif isinstance(message, protocol.Failed):
-            outcome = retry.after_failure(
-                job,
-                error=message.error,
-                permanent=message.kind == "permanent",
-                delay=message.delay,
-                now=self.clock.now(),
-                rng=self.rng,
-            )
-            self._finish(slot, outcome)
-
-    def _save_step(self, slot: Slot, job: models.ClaimedJob, message: protocol.Step) -> None:
-        if self.faults is not None and self.faults.kills(message.name):
-            self.pool.kill(
-                slot, "error", f"killed by fault injector in step {message.name!r}", hard=True
-            )
-            return
-        saved = self._db(
-            self.store.job_save_step,
-            id=job.id,
-            attempt=job.attempt,
-            name=message.name,
-            value=message.value,
-        )
-        if saved is None:
-            self.pool.kill(slot, "error", f"could not save step {message.name!r}", hard=True)
-        elif not saved:
-            self.pool.kill(slot, "lease", "lease lost", hard=True)
-        else:
-            assert slot.child is not None
-            slot.child.send(protocol.StepSaved(job_id=job.id, name=message.name))
-
-    def _finish(self, slot: Slot, outcome: models.Outcome) -> None:
-        assert slot.job is not None
-        self._record(slot.job, slot, outcome)
-        self.pool.finished_job(slot)
-        self._want_claim = True
-
-    def _record(self, job: models.ClaimedJob, slot: Slot, outcome: models.Outcome) -> None:
-        """Queues `outcome` for the next batch write, and counts and logs it."""
-        if outcome.refund:
-            event = "handed_back"
-        elif outcome.state == models.JobState.PENDING:
-            event = "retried"
-        else:
-            event = outcome.state.value
-        if event in self.counts:
-            self.counts[event] += 1
-        self.metrics.finished.labels(job.queue, job.name, event).inc()
-        self.metrics.run_seconds.labels(job.queue, job.name).observe(
-            self.clock.monotonic() - slot.started
-        )
-        if event == "done":
-            log.debug("job %d done", job.id)
-        elif event == "retried":
-            log.info(
-                "job %d attempt %d failed, retry in %.1fs: %s",
-                job.id,
-                job.attempt,
-                (outcome.run_at or 0) - self.clock.now(),
-                _first_line(outcome.error),
-            )
-        elif event == "handed_back":
-            log.info("job %d handed back (attempt %d not spent)", job.id, job.attempt)
-        else:
-            log.info("job %d %s: %s", job.id, event, _first_line(outcome.error))
-        self._outcomes.append(outcome)
-
-    def _reap(self) -> None:
-        for slot in self.pool.slots:
-            job, reason, retiring = slot.job, slot.kill_reason, slot.retiring
-            died = self.pool.reap(slot)
-            if died is None:
-                continue
-            kind, words = reason or (("recycle" if retiring else "crash"), "")
-            self.metrics.restarts.labels(kind).inc()
-            slot.job = None
-            if job is None:
-                continue
-            self._want_claim = True
-            if kind == "lease":
-                self.metrics.leases_lost.inc()
-                log.warning("job %d: lease lost, its child was killed", job.id)
-                continue
-            if kind == "cancel":
-                outcome = models.Outcome(
-                    id=job.id,
-                    attempt=job.attempt,
-                    state=models.JobState.CANCELLED,
-                    error="cancelled while running",
-                )
-            elif kind == "drain":
-                outcome = models.Outcome(
-                    id=job.id,
-                    attempt=job.attempt,
-                    state=models.JobState.PENDING,
-                    run_at=self.clock.now(),
-                    refund=True,
-                )
-            else:
-                outcome = retry.after_failure(
-                    job,
-                    error=died if kind in ("crash", "recycle") else f"{words} ({died})",
-                    permanent=False,
-                    delay=None,
-                    now=self.clock.now(),
-                    rng=self.rng,
-                )
-            self._record(job, slot, outcome)
-
-    def _enforce_limits(self, now: float) -> None:
-        for slot in self.pool.busy():
-            job = slot.job
-            if job is None or slot.kill_reason is not None or slot.child is None:
-                continue
-            if slot.timeout_at is not None and now >= slot.timeout_at:
-                self.pool.kill(slot, "timeout", f"timed out after {job.timeout:g}s")
-            elif job.max_memory is not None and now - slot.memory_checked >= _MEMORY_CHECK_S:
-                slot.memory_checked = now
-                rss = slot.child.rss_mb()
-                if rss > job.max_memory:
-                    self.pool.kill(
-                        slot,
-                        "memory",
-                        f"exceeded max_memory ({rss:.0f} MB > {job.max_memory} MB)",
-                        hard=True,
-                    )
-
-    def _note_pids(self, now: float) -> None:
-        """Writes the child's pid of jobs running over a second (for operators);
-        short jobs never pay for it."""
-        for slot in self.pool.busy():
-            job, child = slot.job, slot.child
-            if job is None or child is None or slot.pid_written or slot.kill_reason is not None:
-                continue
-            if now - slot.started < _PID_AFTER_S or not self._db_ok(now):
-                continue
-            slot.pid_written = True
-            if (
-                self._db(self.store.job_set_pid, id=job.id, attempt=job.attempt, pid=child.pid)
-                is False
-            ):
-                self.pool.kill(slot, "lease", "lease lost", hard=True)
-
-    def _flush_progress(self, now: float) -> None:
-        for slot in self.pool.busy():
-            job = slot.job
-            if (
-                job is None
-                or slot.progress is None
-                or now - slot.progress_written < self.settings.progress_interval
-            ):
-                continue
-            if not self._db_ok(now):
-                return
-            text, fraction = slot.progress
-            slot.progress = None
-            slot.progress_written = now
-            if (
-                self._db(
-                    self.store.job_set_progress,
-                    id=job.id,
-                    attempt=job.attempt,
-                    text=text,
-                    fraction=fraction,
-                )
-                is False
-            ):
-                self.pool.kill(slot, "lease", "lease lost", hard=True)
-
-    # -- database -------------------------------------------------------------
-
-    def _db_ok(self, now: float) -> bool:
-        return self._outage_since is None or now >= self._retry_db_at
-
-    def _db(self, fn: Any, **kwargs: Any) -> Any:
-        """Calls a store method; on a database error logs one line per outage,
-        backs off, and returns None."""
-        try:
-            result = fn(**kwargs)
-        except errors.StoreError as exc:
-            now = self.clock.monotonic()
-            if self._outage_since is None:
-                self._outage_since = now
-                log.error("database unavailable, retrying with backoff: %s", _first_line(str(exc)))
-            else:
-                self._outage_backoff = min(self._outage_backoff * 2, _OUTAGE_BACKOFF_MAX_S)
-            self._retry_db_at = now + self._outage_backoff
-            return None
-        if self._outage_since is not None:
-            log.warning("database back after %.1fs", self.clock.monotonic() - self._outage_since)
-            self._outage_since = None
-            self._outage_backoff = 0.25
-            self._listen()
-        return result
 
     def _listen(self, *, force: bool = False) -> None:
         """(Re-)registers the store's wake-up descriptor, which changes when
@@ -490,21 +265,8 @@ class Supervisor:
         if fd is not None:
             self.selector.register(fd, selectors.EVENT_READ, None)
 
-    def _flush_outcomes(self) -> None:
-        if not self._outcomes:
-            return
-        batch = self._outcomes
-        lost = self._db(self.store.job_record_many, outcomes=batch, now=self.clock.now())
-        if lost is None:
-            return
-        self._outcomes = self._outcomes[len(batch) :]
-        for id_ in lost:
-            log.warning(
-                "job %d: outcome not recorded, its lease was lost to another supervisor", id_
-            )
-
     def _renew(self) -> None:
-        renewal = self._db(
+        renewal = self.db(
             self.store.job_renew_leases,
             owner=self.owner,
             lease_until=self.clock.now() + self.settings.lease,
@@ -520,12 +282,7 @@ class Supervisor:
                 and slot.kill_reason is None
             ):
                 self.pool.kill(slot, "lease", "lease lost", hard=True)
-        kept = [o for o in self._outcomes if (o.id, o.attempt) in renewal.alive]
-        if len(kept) != len(self._outcomes):
-            log.warning(
-                "dropped %d outcomes whose leases were lost", len(self._outcomes) - len(kept)
-            )
-            self._outcomes = kept
+        self.attempts.drop_lost(renewal.alive)
         self._cancel_requested(renewal.cancel_requested)
 
     def _cancel_requested(self, ids: set[int] | None) -> None:
@@ -536,7 +293,7 @@ class Supervisor:
     def _claim(self) -> None:
         idle = self.pool.idle()
         now = self.clock.now()
-        jobs = self._db(
+        jobs = self.db(
             self.store.job_claim,
             owner=self.owner,
             queues=self.settings.queues,
@@ -577,7 +334,7 @@ class Supervisor:
         for slot in self.pool.busy():
             self.pool.kill(slot, "drain", "supervisor stopped", hard=True)
         self.pool.shutdown(wait=self.settings.kill_grace)
-        self._flush_outcomes()
+        self.attempts.flush()
         self.selector.close()
         wake_r, wake_w = self._wake_r, self._wake_w
         self._wake_r = self._wake_w = -1
@@ -587,7 +344,3 @@ class Supervisor:
 
     def _wake_hook_registered(self) -> bool:
         return self.wake in self.app._wake_hooks
-
-
-def _first_line(text: str | None) -> str:
-    return (text or "").strip().splitlines()[0] if (text or "").strip() else ""
