@@ -26,6 +26,8 @@ class Candidate(msgspec.Struct, frozen=True):
     id: int
     queue: str
     serial_key: str | None
+    room: int | None
+    """How many more jobs of its queue may start now (None: the queue has no limit)."""
 
 
 class Renewal(msgspec.Struct, frozen=True):
@@ -185,28 +187,22 @@ class Store(Protocol):
         ...
 
 
-def choose(
-    candidates: Iterable[Candidate],
-    *,
-    count: int,
-    limits: dict[str, int],
-    running: dict[str, int],
-    running_serial_keys: set[str],
-) -> list[int]:
-    """The ids a claim takes from `candidates` (already in claim order).
+def choose(candidates: Iterable[Candidate], *, count: int) -> list[int]:
+    """The ids a claim takes from `candidates`, which are in claim order and
+    already exclude full queues and running serial keys.
 
-    Shared by every backend so that limits and serial keys mean the same
-    thing everywhere; the caller runs it inside the transaction (or lock)
-    that makes `running` and `running_serial_keys` current.
+    Within the batch no queue passes its room and no serial key is taken
+    twice. Shared by every backend so that limits and serial keys mean the
+    same thing everywhere; the caller runs it inside the transaction (or
+    lock) that makes each candidate's room current.
     """
     taken: list[int] = []
-    used = dict(running)
-    serial = set(running_serial_keys)
+    used: dict[str, int] = {}
+    serial: set[str] = set()
     for c in candidates:
         if len(taken) >= count:
             break
-        limit = limits.get(c.queue)
-        if limit is not None and used.get(c.queue, 0) >= limit:
+        if c.room is not None and used.get(c.queue, 0) >= c.room:
             continue
         if c.serial_key is not None:
             if c.serial_key in serial:

@@ -16,6 +16,7 @@ import hashlib
 import logging
 import os
 import re
+import select
 import threading
 import time
 import urllib.parse
@@ -41,6 +42,7 @@ _Q = _queries.load("postgres")
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,52}")  # "procqueue_" + 53 = 63, NOTIFY's limit
 _DEFAULT_SCHEMA = "procqueue"
 _POOL_MAX = 4  # a supervisor needs ~2 at once (claim loop, lease renewal); more only queue up
+_CHECK_IDLE_S = 1.0
 _TIMEOUT_S = 10.0
 _encode = msgspec.json.encode
 _backoff_decoder = msgspec.json.Decoder(models.Backoff)
@@ -136,6 +138,16 @@ def _claimed(row: DictRow) -> models.ClaimedJob:
     return models.ClaimedJob(**fields)
 
 
+def _record_params(o: models.Outcome, now: float) -> dict[str, Any]:
+    return msgspec.structs.asdict(o) | {
+        "state": o.state.value,
+        "result": None if o.result is None else o.result.decode(),
+        "error": None if o.error is None else models.cap_error(o.error),
+        "refund": 1 if o.refund else 0,
+        "now": now,
+    }
+
+
 def _refused(id: int, row: DictRow | None, rule: str) -> errors.ProcqueueError:
     if row is None:
         return errors.JobNotFound(f"no job {id}")
@@ -174,6 +186,9 @@ class PostgresStore:
         self._listen_fd: int | None = None
         self._stale_fds: list[int] = []  # closed once a new listener is open
         self._missed_wake = False
+        self._last_used: dict[int, float] = {}
+        self.check_idle = _CHECK_IDLE_S
+        """Seconds a pooled connection may idle before it is checked when lent."""
         try:  # a direct attempt first: it fails fast and says why
             psycopg.connect(self._conninfo, **self._kwargs).close()
         except psycopg.Error as exc:
@@ -184,7 +199,7 @@ class PostgresStore:
             max_size=_POOL_MAX,
             kwargs=self._kwargs,
             configure=self._configure,
-            check=ConnectionPool.check_connection,  # replaces connections a restart killed
+            check=self._check,  # replaces connections a restart killed
             timeout=_TIMEOUT_S,
             name=f"procqueue-{self.schema}",
             open=True,
@@ -200,6 +215,15 @@ class PostgresStore:
             reason = reason.replace(self._password, "***")
         return f"cannot connect to PostgreSQL at {self.where}: {reason}"
 
+    def _check(self, conn: Conn) -> None:
+        """Checks a connection before lending it, with a round trip only when
+        it idled over `check_idle` seconds or its socket has something to say
+        (a terminated or restarted server closes it): the hot path of a busy
+        supervisor pays one non-blocking select, not a round trip."""
+        idle = time.monotonic() - self._last_used.get(id(conn), 0.0) > self.check_idle
+        if idle or select.select([conn.fileno()], [], [], 0)[0]:
+            ConnectionPool.check_connection(conn)
+
     def _configure(self, conn: Conn) -> None:
         conn.adapters.register_loader("jsonb", _RawJson)
         conn.adapters.register_loader("json", _RawJson)
@@ -213,6 +237,7 @@ class PostgresStore:
         try:
             with self._pool.connection() as conn:
                 yield conn
+                self._last_used[id(conn)] = time.monotonic()
         except psycopg.Error as exc:
             raise errors.StoreError(f"PostgreSQL at {self.where}: {_first_line(exc)}") from None
 
@@ -409,25 +434,19 @@ class PostgresStore:
         if count <= 0:
             return []
         with self._tx() as conn:
-            _exec(conn, "pg_lock", {"key": self._claim_key})
-            settings = _exec(conn, "queue_limits").fetchall()
-            limits = {r["name"]: r["concurrency"] for r in settings if r["concurrency"] is not None}
-            running: dict[str, int] = {}
-            if limits:
-                running = {r["queue"]: r["n"] for r in _exec(conn, "job_running_counts")}
-            serial = {r["serial_key"] for r in _exec(conn, "job_running_serial_keys")}
-            # Over-fetch so that jobs blocked by a limit or a serial key don't
-            # starve the ones behind them.
             wanted = None if queues is None else list(queues)
-            rows = _exec(
-                conn, "job_candidates", {"now": now, "queues": wanted, "limit": count * 4 + 16}
-            ).fetchall()
+            # One round trip for the lock and the candidates. Over-fetch so
+            # that jobs blocked within the batch (a serial key twice, a
+            # queue's last slot) don't starve the ones behind them.
+            with _named("job_candidates"), conn.pipeline():
+                _exec(conn, "pg_lock", {"key": self._claim_key})
+                cursor = _exec(
+                    conn, "job_candidates", {"now": now, "queues": wanted, "limit": count * 4 + 16}
+                )
+            rows = cursor.fetchall()
             ids = base.choose(
-                (base.Candidate(r["id"], r["queue"], r["serial_key"]) for r in rows),
+                (base.Candidate(r["id"], r["queue"], r["serial_key"], r["room"]) for r in rows),
                 count=count,
-                limits=limits,
-                running=running,
-                running_serial_keys=serial,
             )
             if not ids:
                 return []
@@ -450,19 +469,15 @@ class PostgresStore:
         return {r["id"] for r in self._all("job_cancel_requested", owner=owner)}
 
     def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
-        lost: set[int] = set()
         with self._tx() as conn:
-            # In id order, so two transactions touching the same rows cannot deadlock.
-            for o in sorted(outcomes, key=lambda o: o.id):
-                params = msgspec.structs.asdict(o) | {
-                    "state": o.state.value,
-                    "result": None if o.result is None else o.result.decode(),
-                    "error": None if o.error is None else models.cap_error(o.error),
-                    "refund": 1 if o.refund else 0,
-                    "now": now,
-                }
-                if _exec(conn, "job_record", params).rowcount == 0:
-                    lost.add(o.id)
+            # One round trip for the batch; in id order, so two transactions
+            # touching the same rows cannot deadlock.
+            with _named("job_record"), conn.pipeline():
+                cursors = [
+                    (o.id, _exec(conn, "job_record", _record_params(o, now)))
+                    for o in sorted(outcomes, key=lambda o: o.id)
+                ]
+            lost = {id_ for id_, cursor in cursors if cursor.rowcount == 0}
         return [o.id for o in outcomes if o.id in lost]
 
     def job_set_progress(

@@ -226,27 +226,15 @@ class SqliteStore:
             return []
         wanted = None if queues is None else _encode(list(queues)).decode()
         with self._errors(), self._tx() as db:
-            limits = {
-                r["name"]: r["concurrency"]
-                for r in db.execute(_Q["queue_limits"])
-                if r["concurrency"] is not None
-            }
-            running: dict[str, int] = {}
-            if limits:
-                running = {r["queue"]: r["n"] for r in db.execute(_Q["job_running_counts"])}
-            serial = {r[0] for r in db.execute(_Q["job_running_serial_keys"])}
-            # Over-fetch so that jobs blocked by a limit or a serial key don't
-            # starve the ones behind them.
+            # Over-fetch so that jobs blocked within the batch (a serial key
+            # twice, a queue's last slot) don't starve the ones behind them.
             rows = db.execute(
                 _Q["job_candidates"],
                 {"now": now, "queues": wanted, "limit": count * 4 + 16},
             ).fetchall()
             ids = base.choose(
-                (base.Candidate(r["id"], r["queue"], r["serial_key"]) for r in rows),
+                (base.Candidate(r["id"], r["queue"], r["serial_key"], r["room"]) for r in rows),
                 count=count,
-                limits=limits,
-                running=running,
-                running_serial_keys=serial,
             )
             if not ids:
                 return []

@@ -25,6 +25,7 @@ from procqueue.models import JobState
 from procqueue.store import _queries, open_store
 from procqueue.store.base import SCHEMA_VERSION
 from procqueue.store.postgres import PostgresStore, split_dsn
+from procqueue.testing import wait_until
 from tests.conftest import PG_URL, drop_pg_schema, make_pg_dsn
 from tests.store.factories import BASE, claim, claim_ids, insert, new_job
 
@@ -143,7 +144,7 @@ def test_permission_error_names_the_query(
             with pytest.raises(errors.StoreError) as info:
                 limited.job_get(id=1)
             assert "query job_get failed: permission denied for table jobs" in str(info.value)
-            with pytest.raises(errors.StoreError, match="query queue_limits failed: permission"):
+            with pytest.raises(errors.StoreError, match="query job_candidates failed: permission"):
                 limited.job_claim(owner="o", queues=None, count=1, lease_until=BASE, now=BASE)
         finally:
             limited.close()
@@ -294,6 +295,7 @@ def test_pool_replaces_connections_killed_by_a_restart(
     try:
         s.migrate()
         (id_,) = insert(s, new_job())
+        s.check_idle = 0.0  # as if the connections had idled past the check threshold
         killed = admin.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE application_name = %s",
@@ -301,6 +303,33 @@ def test_pool_replaces_connections_killed_by_a_restart(
         ).fetchone()
         assert killed is not None and killed[0] >= 1
         info = s.job_get(id=id_)  # the dead connection is checked and replaced
+        assert info is not None and info.id == id_
+    finally:
+        s.close()
+
+
+def test_a_busy_connection_killed_is_replaced_without_an_error(
+    pg: tuple[str, str], admin: psycopg.Connection[Any]
+) -> None:
+    app_name = f"pq_test_{uuid.uuid4().hex[:8]}"
+    s = PostgresStore(f"{pg[0]}&application_name={app_name}")
+    try:
+        s.migrate()
+        (id_,) = insert(s, new_job())
+        s.check_idle = 3600.0  # busy: only the socket tells the connection died
+        admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            [app_name],
+        )
+        wait_until(
+            lambda: (
+                not admin.execute(
+                    "SELECT 1 FROM pg_stat_activity WHERE application_name = %s", [app_name]
+                ).fetchone()
+            ),
+            what="the backends to exit",
+        )
+        info = s.job_get(id=id_)
         assert info is not None and info.id == id_
     finally:
         s.close()

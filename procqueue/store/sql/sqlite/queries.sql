@@ -42,18 +42,15 @@ LIMIT :limit
 -- Limits and paused flags of every configured queue.
 SELECT name, concurrency, paused FROM queues
 
--- job_running_counts --
--- Running jobs per queue, across every owner.
-SELECT queue, count(*) AS n FROM jobs WHERE state = 'running' GROUP BY queue
-
--- job_running_serial_keys --
--- Serial keys that are running now, across every owner.
-SELECT DISTINCT serial_key FROM jobs WHERE state = 'running' AND serial_key IS NOT NULL
-
 -- job_candidates --
 -- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
--- queues at their limit and serial keys already running (so they can't hide the jobs behind them).
-SELECT id, queue, serial_key FROM jobs
+-- queues at their limit and serial keys already running (so they can't hide the jobs behind them);
+-- `room` is how many more of the queue may start (NULL: no limit).
+SELECT id, queue, serial_key,
+       (SELECT q.concurrency - (SELECT count(*) FROM jobs r
+                                WHERE r.state = 'running' AND r.queue = jobs.queue)
+        FROM queues q WHERE q.name = jobs.queue) AS room
+FROM jobs
 WHERE state = 'pending' AND run_at <= :now
   AND (deadline_at IS NULL OR deadline_at > :now)
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
