@@ -128,3 +128,17 @@ def _wait_through_outage(app: App, job_id: int) -> object:
         return info if info.state in (JobState.DONE, JobState.FAILED) else None
 
     return wait_until(done, timeout=90, interval=0.1, what=f"job {job_id}")
+
+
+@pytest.mark.parametrize("dsn", ["postgres"], indirect=True)
+def test_transactional_enqueue_commits_with_the_caller_and_wakes_a_supervisor(app: App) -> None:
+    with supervising(app, SPEC, workers=1, poll=120):  # only a wake-up can start it in time
+        with psycopg.connect(PG_URL) as conn:
+            dropped = app.enqueue(JOB + "add", {"a": 1, "b": 1}, connection=conn)
+            conn.rollback()
+            kept = app.enqueue(JOB + "add", {"a": 2, "b": 3}, connection=conn)
+            assert app.jobs(limit=10) == []  # not visible before the caller commits
+            conn.commit()
+        info = finished(app, kept, timeout=30)
+    assert info.result == 5
+    assert [j.id for j in app.jobs(limit=10)] == [kept] and dropped != kept
