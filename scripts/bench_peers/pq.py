@@ -1,0 +1,128 @@
+"""procqueue: the jobs (imported by its children) and the adapter (SQLite and PostgreSQL).
+
+The supervisor runs as its own process, as in production:
+``procqueue supervise bench_peers.pq:app --dsn DSN --workers N --poll 0.5``.
+Jobs have ``max_attempts=1`` in every system: a crash is one failed job, not
+a retry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import bench_jobs
+
+from bench_peers import base
+from procqueue import App
+
+app = App()
+POLL_S = 0.5
+SCHEMA = "bench_procqueue"
+
+
+@app.job(name="bench.noop", max_attempts=1)
+def noop(seq: int) -> None:
+    bench_jobs.noop(seq)
+
+
+@app.job(name="bench.gate", max_attempts=1)
+def gate(seq: int) -> None:
+    bench_jobs.gate(seq)
+
+
+@app.job(name="bench.cpu", max_attempts=1)
+def cpu(seq: int, n: int) -> None:
+    bench_jobs.cpu(seq, n)
+
+
+@app.job(name="bench.crashy", max_attempts=1)
+def crashy(seq: int, crash: bool) -> None:
+    bench_jobs.crashy(seq, crash)
+
+
+@dataclass
+class _Procqueue(base.Adapter):
+    packages: ClassVar[tuple[str, ...]] = ("procqueue", "msgspec", "psycopg")
+    batch_api: ClassVar[str | None] = "app.enqueue_many"
+    _client: App | None = None
+
+    @property
+    def dsn(self) -> str:
+        raise NotImplementedError
+
+    @property
+    def client(self) -> App:
+        if self._client is None:
+            self._client = app.using(self.dsn)
+        return self._client
+
+    def start(self) -> None:
+        argv = [
+            base.bin_path("procqueue"),
+            "supervise",
+            "bench_peers.pq:app",
+            "--dsn",
+            self.dsn,
+            "--workers",
+            str(self.slots),
+            "--poll",
+            str(POLL_S),
+            "--log-level",
+            "warning",
+            "--grace",
+            "5",
+        ]
+        self.spawn(argv)
+
+    def main_pid(self) -> int | None:
+        return self.procs[0].pid if self.procs else None
+
+    def enqueue(self, kind: str, job: base.Job) -> None:
+        self.client.enqueue(f"bench.{kind}", job)
+
+    def enqueue_batch(self, kind: str, jobs: list[base.Job]) -> None:
+        name = f"bench.{kind}"
+        self.client.enqueue_many([(name, job, None) for job in jobs])
+
+    def close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def failed_count(self) -> int:
+        """Jobs in state failed (crashes recorded by the supervisor)."""
+        return sum(q.failed for q in self.client.stats().values())
+
+
+@dataclass
+class ProcqueueSqlite(_Procqueue):
+    name: ClassVar[str] = "procqueue-sqlite"
+    title: ClassVar[str] = "procqueue (SQLite, supervisor process, 2 children)"
+    store: ClassVar[str] = "sqlite"
+    notes: ClassVar[str] = (
+        "SQLite WAL file; the producer is another process, so no in-process wake-up: "
+        f"the supervisor finds new jobs by its --poll {POLL_S}"
+    )
+
+    @property
+    def dsn(self) -> str:
+        return f"sqlite:///{self.bench_dir / 'procqueue.db'}"
+
+
+@dataclass
+class ProcqueuePg(_Procqueue):
+    name: ClassVar[str] = "procqueue-pg"
+    title: ClassVar[str] = "procqueue (PostgreSQL, supervisor process, 2 children)"
+    store: ClassVar[str] = "postgres"
+    notes: ClassVar[str] = f"LISTEN/NOTIFY wake-up, --poll {POLL_S}"
+
+    @property
+    def dsn(self) -> str:
+        return f"{base.PG_DSN}?schema={SCHEMA}"
+
+    def setup(self) -> None:
+        base.fresh_pg_schema(SCHEMA)
+
+    def teardown(self) -> None:
+        base.drop_pg_schema(SCHEMA)
