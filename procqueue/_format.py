@@ -86,6 +86,16 @@ def _cell(value: object) -> str:
 JOB_HEADERS = ("id", "name", "queue", "state", "attempts", "progress", "created")
 
 
+CRON_HEADERS = ("job", "expression", "timezone", "queue", "next")
+
+
+def moment(value: dt.datetime) -> str:
+    """`value` to the second in its own offset: ``...T12:00:00Z`` in UTC,
+    ``...T14:00:00+02:00`` elsewhere."""
+    text = value.replace(microsecond=0).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
+
+
 def job_row(info: models.JobInfo) -> list[object]:
     return [
         info.id,
@@ -171,6 +181,13 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    return value
+
+
+def port(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port 1-65535, got {text!r}")
     return value
 
 

@@ -3,8 +3,12 @@
 Exit codes: 0 ok; 1 the operation failed (unknown id, job not in a state
 that allows it, the database failed, the job module could not be loaded);
 2 usage error (bad option or value, bad ``--args``, arguments that don't
-bind, unknown job name, malformed DSN or setting); 130 interrupted.
-Every error is one line on stderr starting ``procqueue: error:``.
+bind, unknown job name, malformed DSN, setting or config file); 130
+interrupted. Every error is one line on stderr starting ``procqueue: error:``.
+
+This module is the parser and the entry point; `procqueue._commands` holds
+what each command does, `procqueue.configfile` the config file and
+environment.
 """
 
 from __future__ import annotations
@@ -14,29 +18,34 @@ import importlib
 import logging
 import os
 import sys
-import types
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-import msgspec
+from procqueue import _format, configfile, errors, models
+from procqueue._commands import (
+    LoadError,
+    UsageError,
+    cmd_cancel,
+    cmd_cron,
+    cmd_dashboard,
+    cmd_enqueue,
+    cmd_jobs,
+    cmd_migrate,
+    cmd_prune,
+    cmd_queues,
+    cmd_retry,
+    cmd_show,
+    cmd_stats,
+    cmd_supervise,
+)
+from procqueue.app import App
 
-from procqueue import _format, errors, models
-from procqueue import store as store_mod
-from procqueue.app import App, load_app
+__all__ = ["LoadError", "UsageError", "build_parser", "main"]
 
-PRUNE_BATCH = 10_000
-"""Jobs deleted per statement by ``prune``, so no transaction grows unbounded."""
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 log = logging.getLogger("procqueue.cli")
 
-
-class UsageError(Exception):
-    """A command line that can't be run as written (exit 2)."""
-
-
-class LoadError(Exception):
-    """The job module could not be loaded (exit 1)."""
+NO_STORE = frozenset({"supervise", "enqueue", "migrate", "cron", "dashboard"})
+"""Commands that open the database themselves, or not at all."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -44,208 +53,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)")
-
-
-# -- commands ----------------------------------------------------------------
-
-
-def _app(args: argparse.Namespace) -> App:
-    return App(store_mod.resolve_dsn(args.dsn))
-
-
-def _use_cwd(*, children: bool) -> None:
-    """Makes modules of the current directory importable here (and in children)."""
-    cwd = os.getcwd()
-    if cwd not in sys.path:
-        sys.path.insert(0, cwd)
-    if not children:
-        return
-    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if cwd not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
-
-
-def _load(spec: str) -> App:
-    try:
-        return load_app(spec)
-    except errors.ConfigError as exc:
-        raise LoadError(str(exc)) from None
-
-
-def _on_dsn(app: App, args: argparse.Namespace) -> App:
-    """`app`'s jobs on its own DSN if it was given one, else on --dsn's."""
-    return app.using(app.dsn or store_mod.resolve_dsn(args.dsn))
-
-
-def cmd_supervise(args: argparse.Namespace) -> int:
-    if args.metrics_port is not None:
-        raise UsageError("metrics are not available yet (drop --metrics-port)")
-    from procqueue import config
-    from procqueue.supervisor import Supervisor
-
-    given = {
-        "workers": args.workers,
-        "queues": args.queues,
-        "limits": dict(args.queue) if args.queue else None,
-        "lease": args.lease,
-        "poll": args.poll,
-        "grace": args.grace,
-        "max_jobs_per_child": args.max_jobs_per_child,
-        "max_memory_per_child": args.max_memory_per_child,
-        "retention_days": args.retention_days,
-        "cron": False if args.no_cron else None,
-    }
-    settings = config.Settings(titles=True, **{k: v for k, v in given.items() if v is not None})
-    _use_cwd(children=True)
-    app = _on_dsn(_load(args.app), args)
-    try:
-        supervisor = Supervisor(app, spec=args.app, settings=settings)
-        # one line per event on stderr, unless the job module configured logging
-        logging.basicConfig(level=args.log_level.upper(), format=LOG_FORMAT, stream=sys.stderr)
-        return supervisor.run(install_signals=True)
-    finally:
-        app.close()
-
-
-def _find_job_app(name: str) -> App:
-    """The App registering job `name` (``module.qualname``), imported from the
-    longest importable module prefix of `name`."""
-    parts = name.split(".")
-    for i in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:i])
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and (module_name + ".").startswith(exc.name + "."):
-                continue  # this prefix is no module: try a shorter one
-            raise LoadError(f"cannot import {module_name!r}: {exc}") from None
-        except Exception as exc:
-            raise LoadError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
-        return _app_registering(module, name)
-    raise errors.EnqueueError(f"unknown job {name!r}: no module of that name can be imported")
-
-
-def _app_registering(module: types.ModuleType, name: str) -> App:
-    apps = [v for v in vars(module).values() if isinstance(v, App)]
-    for app in apps:
-        if name in app.registry:
-            return app
-    if not apps:
-        raise errors.EnqueueError(
-            f"unknown job {name!r}: module {module.__name__!r} has no procqueue App "
-            "(name it with --app MODULE[:APP])"
-        )
-    raise errors.EnqueueError(f"unknown job {name!r}: not registered in {module.__name__!r}")
-
-
-def cmd_enqueue(args: argparse.Namespace) -> int:
-    try:
-        job_args = msgspec.json.decode(args.args) if args.args is not None else {}
-    except msgspec.DecodeError as exc:
-        raise UsageError(f"--args is not valid JSON: {exc}") from None
-    if not isinstance(job_args, dict):
-        raise UsageError(f"--args must be a JSON object, got {type(job_args).__name__}")
-    options: dict[str, Any] = {
-        k: v
-        for k, v in {
-            "key": args.key,
-            "delay": args.delay,
-            "queue": args.queue,
-            "priority": args.priority,
-            "serial_key": args.serial_key,
-        }.items()
-        if v is not None
-    }
-    _use_cwd(children=False)
-    app = _on_dsn(_load(args.app) if args.app else _find_job_app(args.name), args)
-    try:
-        print(app.enqueue(args.name, job_args, **options))  # checks all before opening the store
-    finally:
-        app.close()
-    return 0
-
-
-def cmd_jobs(args: argparse.Namespace, app: App) -> int:
-    found = app.jobs(state=args.state, queue=args.queue, name=args.name, limit=args.limit)
-    if args.json:
-        for info in found:
-            print(_format.job_json(info))
-    elif found:
-        print(_format.table(_format.JOB_HEADERS, [_format.job_row(i) for i in found]))
-    else:
-        print("no jobs", file=sys.stderr)
-    return 0
-
-
-def cmd_show(args: argparse.Namespace, app: App) -> int:
-    info = app.get(args.id)
-    print(_format.job_json(info) if args.json else _format.job_detail(info))
-    return 0
-
-
-def cmd_cancel(args: argparse.Namespace, app: App) -> int:
-    state = app.cancel(args.id)
-    if state == models.JobState.CANCELLED:
-        print(f"job {args.id} cancelled")
-    else:
-        print(f"job {args.id} is {state}: cancel requested, its supervisor will stop it")
-    return 0
-
-
-def cmd_retry(args: argparse.Namespace, app: App) -> int:
-    app.retry(args.id)
-    print(f"job {args.id} is pending again, attempts reset")
-    return 0
-
-
-def cmd_stats(args: argparse.Namespace, app: App) -> int:
-    queues = list(app.stats().values())
-    if args.json:
-        print(msgspec.json.encode(_format.stats_document(queues)).decode())
-    elif queues:
-        print(_format.table(_format.STATS_HEADERS, [_format.stats_row(q) for q in queues]))
-    else:
-        print("no queues", file=sys.stderr)
-    return 0
-
-
-def cmd_prune(args: argparse.Namespace, app: App) -> int:
-    states = ["done", "cancelled", *(["failed"] if args.failed else [])]
-    before = app.clock.now() - args.older_than * 86400
-    total = 0
-    while True:
-        n = app.store.job_prune(states=states, before=before, limit=PRUNE_BATCH)
-        total += n
-        if n < PRUNE_BATCH:
-            break
-    print(f"pruned {total} job{'' if total == 1 else 's'}")
-    return 0
-
-
-def cmd_queues(args: argparse.Namespace, app: App) -> int:
-    if args.action == "pause":
-        app.pause(args.queue)
-        print(f"queue {args.queue} paused: no new claims from it")
-        return 0
-    if args.action == "resume":
-        app.resume(args.queue)
-        print(f"queue {args.queue} resumed")
-        return 0
-    queues = list(app.stats().values())
-    if queues:
-        print(_format.table(_format.QUEUE_HEADERS, [_format.queue_row(q) for q in queues]))
-    else:
-        print("no queues", file=sys.stderr)
-    return 0
-
-
-def cmd_migrate(args: argparse.Namespace) -> int:
-    store = store_mod.open_store(store_mod.resolve_dsn(args.dsn))
-    try:
-        print(f"schema at version {store.migrate()}")
-    finally:
-        store.close()
-    return 0
 
 
 def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
@@ -263,17 +70,21 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
 # -- the parser ----------------------------------------------------------------
 
 DEMO_HELP = "run a self-contained demo on an embedded SQLite file"
+LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (docs/cli.md documents every part of it)."""
-    dsn_help = "database (default: $PROCQUEUE_DSN, else sqlite:///procqueue.db)"
+    dsn_help = "database (default: $PROCQUEUE_DSN, the config file, sqlite:///procqueue.db)"
+    config_help = "config file (default: $PROCQUEUE_CONFIG, ./procqueue.toml, ./pyproject.toml)"
     parser: argparse.ArgumentParser = _Parser(
         prog="procqueue", description="A durable, process-isolated job queue.", allow_abbrev=False
     )
     parser.add_argument("--dsn", default=None, help=dsn_help)
+    parser.add_argument("--config", default=None, metavar="PATH", help=config_help)
     common = _Parser(add_help=False, allow_abbrev=False)
     common.add_argument("--dsn", default=argparse.SUPPRESS, help=dsn_help)
+    common.add_argument("--config", default=argparse.SUPPRESS, metavar="PATH", help=config_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, help: str, run: Callable[..., int]) -> argparse.ArgumentParser:
@@ -285,33 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(run=None)
 
     p = command("supervise", "run the jobs of MODULE in child processes", cmd_supervise)
-    p.add_argument("app", metavar="MODULE[:APP]", help="module defining the App (cwd importable)")
-    p.add_argument(
-        "--workers", type=_format.positive_int, help="child processes (default: CPU count)"
-    )
-    p.add_argument("--queues", type=_format.queue_list, help="claim only from these queues (a,b)")
-    p.add_argument(
-        "--queue",
-        action="append",
-        type=_format.queue_limit,
-        metavar="NAME=LIMIT",
-        help="cluster-wide concurrency limit of a queue (repeatable)",
-    )
-    p.add_argument("--lease", type=_format.non_negative, metavar="S", help="job lease (default 30)")
-    p.add_argument(
-        "--poll", type=_format.non_negative, metavar="S", help="safety-net poll (default 1)"
-    )
-    p.add_argument(
-        "--grace", type=_format.non_negative, metavar="S", help="drain time on SIGTERM (30)"
-    )
-    p.add_argument("--max-jobs-per-child", type=_format.positive_int, metavar="N")
-    p.add_argument("--max-memory-per-child", type=_format.positive_float, metavar="MB")
-    p.add_argument("--no-cron", action="store_true", help="don't enqueue cron ticks")
-    p.add_argument("--retention-days", type=_format.positive_float, metavar="D")
-    p.add_argument(
-        "--metrics-port", type=_format.positive_int, metavar="P", help="not available yet"
-    )
-    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    _supervise_options(p)
 
     p = command("enqueue", "enqueue job NAME (module.qualname); prints its id", cmd_enqueue)
     p.add_argument("name", metavar="NAME")
@@ -356,8 +141,56 @@ def build_parser() -> argparse.ArgumentParser:
         )
         a.add_argument("queue", metavar="Q")
 
+    p = command("cron", "the cron schedules of MODULE and their next fire times", cmd_cron)
+    p.add_argument("app", metavar="MODULE[:APP]", help="module defining the App (cwd importable)")
+    p.add_argument("--json", action="store_true", help="one JSON object a line")
+
+    p = command("dashboard", "serve the web dashboard", cmd_dashboard)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
+    p.add_argument("--port", type=_format.port, default=8040, metavar="P", help="(8040)")
+    p.add_argument("--token", metavar="T", help="access token (default $PROCQUEUE_DASHBOARD_TOKEN)")
+
     command("migrate", "create or upgrade the schema", cmd_migrate)
     return parser
+
+
+def _supervise_options(p: argparse.ArgumentParser) -> None:
+    """supervise's options; each defaults to None so the config file and the
+    environment can fill it (see procqueue.configfile)."""
+    p.add_argument("app", metavar="MODULE[:APP]", help="module defining the App (cwd importable)")
+    p.add_argument(
+        "--workers", type=_format.positive_int, help="child processes (default: CPU count)"
+    )
+    p.add_argument("--queues", type=_format.queue_list, help="claim only from these queues (a,b)")
+    p.add_argument(
+        "--queue",
+        action="append",
+        type=_format.queue_limit,
+        metavar="NAME=LIMIT",
+        help="cluster-wide concurrency limit of a queue (repeatable)",
+    )
+    p.add_argument("--lease", type=_format.non_negative, metavar="S", help="job lease (default 30)")
+    p.add_argument(
+        "--poll", type=_format.non_negative, metavar="S", help="safety-net poll (default 1)"
+    )
+    p.add_argument(
+        "--grace", type=_format.non_negative, metavar="S", help="drain time on SIGTERM (30)"
+    )
+    p.add_argument(
+        "--kill-grace", type=_format.non_negative, metavar="S", help="SIGTERM to SIGKILL (2)"
+    )
+    p.add_argument("--max-jobs-per-child", type=_format.positive_int, metavar="N")
+    p.add_argument("--max-memory-per-child", type=_format.positive_float, metavar="MB")
+    p.add_argument(
+        "--cron",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="enqueue cron ticks from this supervisor (default: yes)",
+    )
+    p.add_argument("--retention-days", type=_format.positive_float, metavar="D")
+    p.add_argument("--metrics-port", type=_format.port, metavar="P", help="Prometheus metrics")
+    p.add_argument("--log-level", choices=LOG_LEVELS, help="(default info)")
+    p.add_argument("--log-format", choices=("text", "json"), help="(default text)")
 
 
 # -- entry point -------------------------------------------------------------------
@@ -372,9 +205,11 @@ def _run(argv: Sequence[str] | None) -> int:
         raise UsageError(
             f"unrecognized arguments: {' '.join(extra)} (see procqueue {args.command} --help)"
         )
-    if args.command in ("supervise", "enqueue", "migrate"):
+    args.layered = configfile.layered(args.config)
+    args.dsn = args.dsn or args.layered.dsn
+    if args.command in NO_STORE:
         return int(args.run(args))
-    app = _app(args)
+    app = App(args.dsn)  # resolved: --dsn, $PROCQUEUE_DSN, the config file, the default
     try:
         return int(args.run(args, app))
     finally:

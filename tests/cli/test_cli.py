@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from procqueue import App, cli, config, models, supervisor
+from procqueue import App, _commands, cli, config, models, supervisor
 from procqueue.store.base import SCHEMA_VERSION
 from procqueue.testing import wait_until
 from tests.jobs import basic
@@ -65,6 +66,12 @@ def app(dsn: str) -> Iterator[App]:
     a = App(dsn)
     yield a
     a.close()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def enqueue(run: Run, dsn: str, *extra: str, args: str = '{"a": 1, "b": 2}') -> int:
@@ -205,7 +212,7 @@ def test_prune(run: Run, dsn: str, app: App, monkeypatch: pytest.MonkeyPatch) ->
     kept = enqueue(run, dsn)
     assert run("prune", "--dsn", dsn)[:2] == (0, "pruned 0 jobs\n")  # younger than 7 days
 
-    monkeypatch.setattr(cli, "PRUNE_BATCH", 3)  # 4 cancelled jobs take two batches
+    monkeypatch.setattr(_commands, "PRUNE_BATCH", 3)  # 4 cancelled jobs take two batches
     assert run("prune", "--older-than", "0", "--dsn", dsn)[:2] == (0, "pruned 4 jobs\n")
     assert app.get(ids[4]).state == "failed"  # failed jobs stay ...
     assert run("prune", "--older-than", "0", "--failed", "--dsn", dsn)[1] == "pruned 1 job\n"
@@ -307,6 +314,7 @@ def test_supervise_options_become_settings(
     argv += ["--queue", "a=2", "--queue", "b=5", "--lease", "12.5", "--poll", "0.2"]
     argv += ["--grace", "0", "--max-jobs-per-child", "10", "--max-memory-per-child", "256"]
     argv += ["--no-cron", "--retention-days", "0.5", "--log-level", "warning"]
+    argv += ["--kill-grace", "0.5", "--metrics-port", str(free_port())]
     assert run(*argv) == (0, "", "")
     assert seen["settings"] == config.Settings(
         workers=3,
@@ -319,6 +327,8 @@ def test_supervise_options_become_settings(
         max_memory_per_child=256.0,
         cron=False,
         retention_days=0.5,
+        kill_grace=0.5,
+        metrics_port=int(argv[-1]),
         titles=True,
     )
     assert seen["spec"] == "tests.jobs.basic" and seen["install_signals"] is True
@@ -386,7 +396,10 @@ def test_unreachable_database_fails_with_exit_1(run: Run, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
-        (["supervise", "tests.jobs.basic", "--metrics-port", "9100"], 2),
+        (["supervise", "tests.jobs.basic", "--metrics-port", "0"], 2),
+        (["supervise", "tests.jobs.basic", "--metrics-port", "65536"], 2),
+        (["supervise", "tests.jobs.basic", "--log-format", "xml"], 2),
+        (["supervise", "tests.jobs.basic", "--kill-grace", "-1"], 2),
         (["supervise", "tests.jobs.basic", "--lease", "0.5"], 2),  # Settings refuses it
         (["supervise", "tests.jobs.basic", "--workers", "0"], 2),
         (["supervise", "tests.jobs.basic", "--queue", "bulk"], 2),

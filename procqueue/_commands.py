@@ -1,0 +1,335 @@
+"""What each ``procqueue`` command does (the parser and the exit codes are in
+`procqueue.cli`; docs/cli.md documents both)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import signal
+import socket
+import sys
+import types
+from typing import Any
+
+import msgspec
+
+from procqueue import _format, config, configfile, cron, errors, logs, models
+from procqueue import store as store_mod
+from procqueue.app import App, load_app
+
+PRUNE_BATCH = 10_000
+"""Jobs deleted per statement by ``prune``, so no transaction grows unbounded."""
+
+DASHBOARD_MISSING = "the dashboard needs the dashboard extra: pip install 'procqueue[dashboard]'"
+DASHBOARD_TOKEN_ENV = "PROCQUEUE_DASHBOARD_TOKEN"
+CRON_TICKS = 3
+"""Fire times listed per schedule by ``procqueue cron``."""
+
+
+class UsageError(Exception):
+    """A command line that can't be run as written (exit 2)."""
+
+
+class LoadError(Exception):
+    """The job module (or an optional part of procqueue) could not be loaded (exit 1)."""
+
+
+def _use_cwd(*, children: bool) -> None:
+    """Makes modules of the current directory importable here (and in children)."""
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    if not children:
+        return
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if cwd not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([cwd, *paths])
+
+
+def _load(spec: str) -> App:
+    try:
+        return load_app(spec)
+    except errors.ConfigError as exc:
+        raise LoadError(str(exc)) from None
+
+
+def _on_dsn(app: App, args: argparse.Namespace) -> App:
+    """`app`'s jobs on its own DSN if it was given one, else on --dsn's."""
+    return app.using(app.dsn or store_mod.resolve_dsn(args.dsn))
+
+
+SUPERVISE_FLAGS = (
+    "workers",
+    "queues",
+    "lease",
+    "poll",
+    "grace",
+    "kill_grace",
+    "max_jobs_per_child",
+    "max_memory_per_child",
+    "retention_days",
+    "cron",
+    "log_format",
+    "log_level",
+    "metrics_port",
+)
+"""Config keys `supervise` takes as flags of the same name (``limits`` is ``--queue``)."""
+
+
+def supervise_config(args: argparse.Namespace) -> configfile.Config:
+    """The flags over the environment over the config file."""
+    flags = {key: getattr(args, key) for key in SUPERVISE_FLAGS}
+    flags["limits"] = dict(args.queue) if args.queue else None
+    given = configfile.Config(**{k: v for k, v in flags.items() if v is not None})
+    layered: configfile.Config = args.layered
+    return given.over(layered)
+
+
+def supervise_settings(chosen: configfile.Config) -> config.Settings:
+    """The supervisor's Settings for the `chosen` configuration."""
+    fields = config.Settings.__struct_fields__
+    if chosen.metrics_port is not None and "metrics_port" not in fields:
+        raise UsageError(
+            "metrics are not available in this version (drop --metrics-port / metrics_port)"
+        )
+    values = {k: v for k, v in chosen.given().items() if k in fields}
+    return config.Settings(**{"titles": True, **values})
+
+
+def cmd_supervise(args: argparse.Namespace) -> int:
+    from procqueue.supervisor import Supervisor
+
+    chosen = supervise_config(args)
+    settings = supervise_settings(chosen)
+    if chosen.metrics_port is not None:
+        _check_listen("127.0.0.1", chosen.metrics_port)  # where the supervisor serves them
+    _use_cwd(children=True)
+    app = _on_dsn(_load(args.app), args)
+    try:
+        supervisor = Supervisor(app, spec=args.app, settings=settings)
+        # one line per event on stderr, unless the job module configured logging
+        logs.setup(chosen.log_level or "info", chosen.log_format or "text")
+        return supervisor.run(install_signals=True)
+    finally:
+        app.close()
+
+
+def _find_job_app(name: str) -> App:
+    """The App registering job `name` (``module.qualname``), imported from the
+    longest importable module prefix of `name`."""
+    parts = name.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:i])
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (module_name + ".").startswith(exc.name + "."):
+                continue  # this prefix is no module: try a shorter one
+            raise LoadError(f"cannot import {module_name!r}: {exc}") from None
+        except Exception as exc:
+            raise LoadError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
+        return _app_registering(module, name)
+    raise errors.EnqueueError(f"unknown job {name!r}: no module of that name can be imported")
+
+
+def _app_registering(module: types.ModuleType, name: str) -> App:
+    apps = [v for v in vars(module).values() if isinstance(v, App)]
+    for app in apps:
+        if name in app.registry:
+            return app
+    if not apps:
+        raise errors.EnqueueError(
+            f"unknown job {name!r}: module {module.__name__!r} has no procqueue App "
+            "(name it with --app MODULE[:APP])"
+        )
+    raise errors.EnqueueError(f"unknown job {name!r}: not registered in {module.__name__!r}")
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    try:
+        job_args = msgspec.json.decode(args.args) if args.args is not None else {}
+    except msgspec.DecodeError as exc:
+        raise UsageError(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(job_args, dict):
+        raise UsageError(f"--args must be a JSON object, got {type(job_args).__name__}")
+    options: dict[str, Any] = {
+        k: v
+        for k, v in {
+            "key": args.key,
+            "delay": args.delay,
+            "queue": args.queue,
+            "priority": args.priority,
+            "serial_key": args.serial_key,
+        }.items()
+        if v is not None
+    }
+    _use_cwd(children=False)
+    app = _on_dsn(_load(args.app) if args.app else _find_job_app(args.name), args)
+    try:
+        print(app.enqueue(args.name, job_args, **options))  # checks all before opening the store
+    finally:
+        app.close()
+    return 0
+
+
+def cmd_jobs(args: argparse.Namespace, app: App) -> int:
+    found = app.jobs(state=args.state, queue=args.queue, name=args.name, limit=args.limit)
+    if args.json:
+        for info in found:
+            print(_format.job_json(info))
+    elif found:
+        print(_format.table(_format.JOB_HEADERS, [_format.job_row(i) for i in found]))
+    else:
+        print("no jobs", file=sys.stderr)
+    return 0
+
+
+def cmd_show(args: argparse.Namespace, app: App) -> int:
+    info = app.get(args.id)
+    print(_format.job_json(info) if args.json else _format.job_detail(info))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace, app: App) -> int:
+    state = app.cancel(args.id)
+    if state == models.JobState.CANCELLED:
+        print(f"job {args.id} cancelled")
+    else:
+        print(f"job {args.id} is {state}: cancel requested, its supervisor will stop it")
+    return 0
+
+
+def cmd_retry(args: argparse.Namespace, app: App) -> int:
+    app.retry(args.id)
+    print(f"job {args.id} is pending again, attempts reset")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace, app: App) -> int:
+    queues = list(app.stats().values())
+    if args.json:
+        print(msgspec.json.encode(_format.stats_document(queues)).decode())
+    elif queues:
+        print(_format.table(_format.STATS_HEADERS, [_format.stats_row(q) for q in queues]))
+    else:
+        print("no queues", file=sys.stderr)
+    return 0
+
+
+def cmd_prune(args: argparse.Namespace, app: App) -> int:
+    states = ["done", "cancelled", *(["failed"] if args.failed else [])]
+    before = app.clock.now() - args.older_than * 86400
+    total = 0
+    while True:
+        n = app.store.job_prune(states=states, before=before, limit=PRUNE_BATCH)
+        total += n
+        if n < PRUNE_BATCH:
+            break
+    print(f"pruned {total} job{'' if total == 1 else 's'}")
+    return 0
+
+
+def cmd_queues(args: argparse.Namespace, app: App) -> int:
+    if args.action == "pause":
+        app.pause(args.queue)
+        print(f"queue {args.queue} paused: no new claims from it")
+        return 0
+    if args.action == "resume":
+        app.resume(args.queue)
+        print(f"queue {args.queue} resumed")
+        return 0
+    queues = list(app.stats().values())
+    if queues:
+        print(_format.table(_format.QUEUE_HEADERS, [_format.queue_row(q) for q in queues]))
+    else:
+        print("no queues", file=sys.stderr)
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    store = store_mod.open_store(store_mod.resolve_dsn(args.dsn))
+    try:
+        print(f"schema at version {store.migrate()}")
+    finally:
+        store.close()
+    return 0
+
+
+def cmd_cron(args: argparse.Namespace) -> int:
+    """Lists the schedules of an App with their next fire times."""
+    _use_cwd(children=False)
+    app = _load(args.app)
+    now = app.clock.now()
+    rows = []
+    for schedule in app.schedules:
+        job = app.registry.get(schedule.job)
+        queue = schedule.queue or (job.options.queue if job else "default")
+        ticks = [_format.moment(t) for t in cron.next_ticks(schedule, now, CRON_TICKS)]
+        rows.append((schedule, queue, ticks))
+    if args.json:
+        for schedule, queue, ticks in rows:
+            doc = {
+                "job": schedule.job,
+                "expr": schedule.expr,
+                "timezone": schedule.timezone,
+                "queue": queue,
+                "next": ticks,
+            }
+            print(msgspec.json.encode(doc).decode())
+    elif rows:
+        table = [(s.job, s.expr, s.timezone, q, ", ".join(t)) for s, q, t in rows]
+        print(_format.table(_format.CRON_HEADERS, table))
+    else:
+        print("no schedules", file=sys.stderr)
+    return 0
+
+
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    """Serves the web dashboard until interrupted."""
+    try:
+        dashboard: Any = importlib.import_module("procqueue.dashboard.app")
+    except ModuleNotFoundError as exc:
+        if not _dashboard_part(exc.name):
+            raise
+        raise LoadError(DASHBOARD_MISSING) from None
+    dsn = store_mod.resolve_dsn(args.dsn)
+    store_mod.open_store(dsn).close()  # a malformed or unreachable DSN fails here
+    _check_listen(args.host, args.port)
+    token = args.token or os.environ.get(DASHBOARD_TOKEN_ENV) or None
+    # uvicorn stops on SIGTERM, then raises the signal again for the handler
+    # it found: make that an exit with code 0, as for the supervisor's drain.
+    previous = signal.signal(signal.SIGTERM, _exit_0)
+    try:
+        dashboard.serve(dsn, host=args.host, port=args.port, token=token)
+    except ModuleNotFoundError as exc:  # serve imports uvicorn when called
+        if not _dashboard_part(exc.name):
+            raise
+        raise LoadError(DASHBOARD_MISSING) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def _exit_0(signum: int, frame: object) -> None:
+    raise SystemExit(0)
+
+
+def _dashboard_part(module: str | None) -> bool:
+    """Whether `module` is the dashboard or one of the dashboard extra's packages."""
+    top = (module or "").split(".")[0]
+    return top in ("starlette", "uvicorn", "jinja2") or (module or "").startswith(
+        "procqueue.dashboard"
+    )
+
+
+def _check_listen(host: str, port: int) -> None:
+    """Fails in one line when `host`:`port` can't be listened on (in use, bad host)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise LoadError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
