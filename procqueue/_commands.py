@@ -23,6 +23,7 @@ PRUNE_BATCH = 10_000
 
 DASHBOARD_MISSING = "the dashboard needs the dashboard extra: pip install 'procqueue[dashboard]'"
 DASHBOARD_TOKEN_ENV = "PROCQUEUE_DASHBOARD_TOKEN"
+DSN_ENV = "PROCQUEUE_DSN"
 CRON_TICKS = 3
 """Fire times listed per schedule by ``procqueue cron``."""
 
@@ -106,6 +107,9 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         _check_listen("127.0.0.1", chosen.metrics_port)  # where the supervisor serves them
     _use_cwd(children=True)
     app = _on_dsn(_load(args.app), args)
+    # children import the module afresh: its App() must find the same database
+    # when job code enqueues follow-up work
+    os.environ[DSN_ENV] = str(app.dsn)
     try:
         supervisor = Supervisor(app, spec=args.app, settings=settings)
         # one line per event on stderr, unless the job module configured logging

@@ -257,13 +257,18 @@ class Attempts:
     # -- database -------------------------------------------------------------
 
     def flush(self) -> None:
+        """Writes the queued outcomes in one transaction (kept on a database error)."""
         if not self.outcomes:
             return
-        batch = self.outcomes
+        batch = list(self.outcomes)
         lost = self.db(self.store.job_record_many, outcomes=batch, now=self.clock.now())
-        if lost is None:
-            return
-        self.outcomes = self.outcomes[len(batch) :]
+        if lost is not None:
+            self.recorded(len(batch), lost)
+
+    def recorded(self, count: int, lost: list[int]) -> None:
+        """The first `count` queued outcomes were written, except `lost` ones
+        whose attempt another supervisor owns now."""
+        del self.outcomes[:count]
         for id_ in lost:
             log.warning(
                 "job %d: outcome not recorded, its lease was lost to another supervisor", id_

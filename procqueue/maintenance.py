@@ -26,7 +26,6 @@ PRUNE_BATCH = 2000
 FAILURE_SWEEP_BATCH = 100
 
 
-
 class Maintenance:
     """One supervisor's share of the cluster's chores."""
 

@@ -166,8 +166,6 @@ class Supervisor:
         self.attempts.enforce_limits(now)
         self.attempts.note_pids(now)
         self.attempts.flush_progress(now)
-        if self.db.ok(now):
-            self.attempts.flush()
         if self.attempts.freed:
             self.attempts.freed = False
             self._want_claim = True
@@ -186,7 +184,9 @@ class Supervisor:
         claim_due = self._want_claim or now >= timers["claim"]
         if self._draining_until is None and claim_due and self.db.ok(now) and self.pool.idle():
             timers["claim"] = now + s.poll
-            self._claim()
+            self._claim()  # writes the queued outcomes in the same transaction
+        elif self.db.ok(now):
+            self.attempts.flush()
         self._title()
 
     def _timeout(self, timers: dict[str, float]) -> float:
@@ -293,16 +293,20 @@ class Supervisor:
     def _claim(self) -> None:
         idle = self.pool.idle()
         now = self.clock.now()
-        jobs = self.db(
-            self.store.job_claim,
+        outcomes = list(self.attempts.outcomes)
+        cycle = self.db(
+            self.store.job_record_and_claim,
+            outcomes=outcomes,
             owner=self.owner,
             queues=self.settings.queues,
             count=len(idle),
             lease_until=now + self.settings.lease,
             now=now,
         )
-        if jobs is None:
+        if cycle is None:
             return
+        self.attempts.recorded(len(outcomes), cycle.lost)
+        jobs = cycle.claimed
         self._want_claim = len(jobs) == len(idle)
         self.counts["claimed"] += len(jobs)
         self.metrics.claim_batch.observe(len(jobs))

@@ -30,6 +30,14 @@ class Candidate(msgspec.Struct, frozen=True):
     """How many more jobs of its queue may start now (None: the queue has no limit)."""
 
 
+class Cycle(msgspec.Struct, frozen=True):
+    """What one record-and-claim transaction did."""
+
+    lost: list[int]
+    """Ids whose outcome was not recorded: the attempt was no longer theirs."""
+    claimed: list[models.ClaimedJob]
+
+
 class Renewal(msgspec.Struct, frozen=True):
     """The result of renewing an owner's leases."""
 
@@ -97,6 +105,20 @@ class Store(Protocol):
         queues, jobs past their deadline, queues at their limit and serial
         keys already running, counting every owner's running jobs.
         """
+        ...
+
+    def job_record_and_claim(
+        self,
+        *,
+        outcomes: Sequence[models.Outcome],
+        owner: str,
+        queues: Sequence[str] | None,
+        count: int,
+        lease_until: float,
+        now: float,
+    ) -> Cycle:
+        """`job_record_many` then `job_claim`, in one transaction: a busy
+        supervisor's loop pays one commit for both."""
         ...
 
     def job_renew_leases(self, *, owner: str, lease_until: float) -> Renewal:

@@ -242,8 +242,21 @@ class PostgresStore:
             raise errors.StoreError(f"PostgreSQL at {self.where}: {_first_line(exc)}") from None
 
     def _all(self, query: str, **params: Any) -> list[DictRow]:
-        with self._tx() as conn:
-            return _exec(conn, query, params).fetchall()
+        """Runs an idempotent query; retried once on a fresh connection when
+        the lent one turns out dead (killed after the pool's check)."""
+        for last_try in (False, True):
+            broken = False
+            try:
+                with self._tx() as conn:
+                    try:
+                        return _exec(conn, query, params).fetchall()
+                    except errors.StoreError:
+                        broken = conn.broken
+                        raise
+            except errors.StoreError:
+                if last_try or not broken:
+                    raise
+        raise AssertionError("unreachable")
 
     def _run(self, query: str, **params: Any) -> int:
         with self._tx() as conn:
@@ -428,35 +441,64 @@ class PostgresStore:
         lease_until: float,
         now: float,
     ) -> list[models.ClaimedJob]:
-        """One transaction holding the schema's claim lock (cluster-wide), so
-        the running counts that limits and serial keys are checked against
-        cannot change under it."""
-        if count <= 0:
-            return []
+        return self.job_record_and_claim(
+            outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
+        ).claimed
+
+    def job_record_and_claim(
+        self,
+        *,
+        outcomes: Sequence[models.Outcome],
+        owner: str,
+        queues: Sequence[str] | None,
+        count: int,
+        lease_until: float,
+        now: float,
+    ) -> base.Cycle:
+        """One transaction; a claim holds the schema's claim lock (cluster-wide),
+        so the running counts that limits and serial keys are checked against
+        cannot change under it. The outcomes, the lock and the candidates go
+        in one round trip; outcomes in id order, so that two transactions
+        touching the same rows cannot deadlock."""
+        if not outcomes and count <= 0:
+            return base.Cycle(lost=[], claimed=[])
+        wanted = None if queues is None else list(queues)
         with self._tx() as conn:
-            wanted = None if queues is None else list(queues)
-            # One round trip for the lock and the candidates. Over-fetch so
-            # that jobs blocked within the batch (a serial key twice, a
-            # queue's last slot) don't starve the ones behind them.
-            with _named("job_candidates"), conn.pipeline():
-                _exec(conn, "pg_lock", {"key": self._claim_key})
-                cursor = _exec(
-                    conn, "job_candidates", {"now": now, "queues": wanted, "limit": count * 4 + 16}
-                )
-            rows = cursor.fetchall()
+            with _named("job_record_and_claim"), conn.pipeline():
+                recorded = [
+                    (o.id, _exec(conn, "job_record", _record_params(o, now)))
+                    for o in sorted(outcomes, key=lambda o: o.id)
+                ]
+                if count > 0:
+                    _exec(conn, "pg_lock", {"key": self._claim_key})
+                    # Over-fetch so that jobs blocked within the batch (a serial
+                    # key twice, a queue's last slot) don't starve the ones behind.
+                    cursor = _exec(
+                        conn,
+                        "job_candidates",
+                        {"now": now, "queues": wanted, "limit": count * 4 + 16},
+                    )
+            gone = {id_ for id_, c in recorded if c.rowcount == 0}
+            lost = [o.id for o in outcomes if o.id in gone]
+            if count <= 0:
+                return base.Cycle(lost=lost, claimed=[])
             ids = base.choose(
-                (base.Candidate(r["id"], r["queue"], r["serial_key"], r["room"]) for r in rows),
+                (
+                    base.Candidate(r["id"], r["queue"], r["serial_key"], r["room"])
+                    for r in cursor.fetchall()
+                ),
                 count=count,
             )
             if not ids:
-                return []
+                return base.Cycle(lost=lost, claimed=[])
             taken = _exec(
                 conn,
                 "job_take",
                 {"ids": ids, "owner": owner, "lease_until": lease_until, "now": now},
             ).fetchall()
         order = {id_: i for i, id_ in enumerate(ids)}
-        return [_claimed(r) for r in sorted(taken, key=lambda r: order[r["id"]])]
+        claimed = [_claimed(r) for r in sorted(taken, key=lambda r: order[r["id"]])]
+        return base.Cycle(lost=lost, claimed=claimed)
 
     def job_renew_leases(self, *, owner: str, lease_until: float) -> base.Renewal:
         rows = self._all("job_renew_leases", owner=owner, lease_until=lease_until)
@@ -469,16 +511,9 @@ class PostgresStore:
         return {r["id"] for r in self._all("job_cancel_requested", owner=owner)}
 
     def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
-        with self._tx() as conn:
-            # One round trip for the batch; in id order, so two transactions
-            # touching the same rows cannot deadlock.
-            with _named("job_record"), conn.pipeline():
-                cursors = [
-                    (o.id, _exec(conn, "job_record", _record_params(o, now)))
-                    for o in sorted(outcomes, key=lambda o: o.id)
-                ]
-            lost = {id_ for id_, cursor in cursors if cursor.rowcount == 0}
-        return [o.id for o in outcomes if o.id in lost]
+        return self.job_record_and_claim(
+            outcomes=outcomes, owner="", queues=None, count=0, lease_until=now, now=now
+        ).lost
 
     def job_set_progress(
         self, *, id: int, attempt: int, text: str | None, fraction: float | None

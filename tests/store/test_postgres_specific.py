@@ -144,7 +144,9 @@ def test_permission_error_names_the_query(
             with pytest.raises(errors.StoreError) as info:
                 limited.job_get(id=1)
             assert "query job_get failed: permission denied for table jobs" in str(info.value)
-            with pytest.raises(errors.StoreError, match="query job_candidates failed: permission"):
+            with pytest.raises(
+                errors.StoreError, match="query job_record_and_claim failed: permission"
+            ):
                 limited.job_claim(owner="o", queues=None, count=1, lease_until=BASE, now=BASE)
         finally:
             limited.close()
