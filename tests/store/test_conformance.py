@@ -1112,3 +1112,41 @@ def test_concurrent_claims_take_every_job_exactly_once(dsn: str, store: Store) -
     for n, taken in enumerate(results):
         alive = store.job_renew_leases(owner=f"w{n}", lease_until=BASE + 7200).alive
         assert alive == {(id_, 1) for id_ in taken}
+
+
+# -- record and claim in one transaction ----------------------------------------
+
+
+def test_record_and_claim_frees_a_serial_key_for_the_same_call(store: Store) -> None:
+    first, second = insert(
+        store, new_job(serial_key="k"), new_job(serial_key="k"), new_job(serial_key="k")
+    )[:2]
+    running = claim_exactly(store, first)
+    outcome = models.Outcome(id=first, attempt=running.attempt, state=JobState.DONE, result=b"1")
+    stale = models.Outcome(id=second, attempt=7, state=JobState.DONE, result=b"1")
+    cycle = store.job_record_and_claim(
+        outcomes=[outcome, stale],
+        owner="o",
+        queues=None,
+        count=2,
+        lease_until=BASE + LEASE,
+        now=BASE,
+    )
+    assert cycle.lost == [second]
+    assert [c.id for c in cycle.claimed] == [second]  # one of "k" at a time
+    assert get(store, first).state == JobState.DONE
+
+
+def test_record_and_claim_without_a_claim_only_records(store: Store) -> None:
+    (id_,) = insert(store, new_job())
+    running = claim_exactly(store, id_)
+    cycle = store.job_record_and_claim(
+        outcomes=[models.Outcome(id=id_, attempt=running.attempt, state=JobState.FAILED)],
+        owner="o",
+        queues=None,
+        count=0,
+        lease_until=BASE + LEASE,
+        now=BASE,
+    )
+    assert cycle.lost == [] and cycle.claimed == []
+    assert get(store, id_).state == JobState.FAILED
