@@ -58,8 +58,9 @@ FULL_CONFIG = Config(
 @pytest.fixture(autouse=True)
 def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An empty current directory and no PROCQUEUE_* settings in the environment."""
-    for key in configfile.KEYS:
-        monkeypatch.delenv(configfile.env_var(key), raising=False)
+    for key in configfile.KEYS:  # set, then unset: restored after the test
+        monkeypatch.setenv(configfile.env_var(key), "")
+        monkeypatch.delenv(configfile.env_var(key))
     monkeypatch.delenv(configfile.CONFIG_ENV, raising=False)
     monkeypatch.delenv("PROCQUEUE_DASHBOARD_TOKEN", raising=False)
     monkeypatch.chdir(tmp_path)

@@ -34,7 +34,8 @@ def _restore_import_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """`enqueue` and `supervise` put the cwd on sys.path and PYTHONPATH."""
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
-    monkeypatch.delenv("PROCQUEUE_DSN", raising=False)
+    monkeypatch.setenv("PROCQUEUE_DSN", "")  # restored after the test: supervise sets it
+    monkeypatch.delenv("PROCQUEUE_DSN")
 
 
 @pytest.fixture(autouse=True)

@@ -32,10 +32,11 @@ PREFIX = "procqueue: error: "
 def _clean(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.setenv("PYTHONPATH", os.environ.get("PYTHONPATH", ""))
+    for name in ("PROCQUEUE_DSN", "PROCQUEUE_CONFIG", "PROCQUEUE_DASHBOARD_TOKEN"):
+        monkeypatch.setenv(name, "")  # set, then unset: restored after the test
+        monkeypatch.delenv(name)
     for name in list(os.environ):
-        if name in ("PROCQUEUE_DSN", "PROCQUEUE_CONFIG", "PROCQUEUE_DASHBOARD_TOKEN") or (
-            name.startswith("PROCQUEUE_LOG_")
-        ):
+        if name.startswith("PROCQUEUE_LOG_"):
             monkeypatch.delenv(name)
 
 
@@ -410,3 +411,43 @@ def test_supervise_logs_text_lines(tmp_path: Path) -> None:
         re.fullmatch(rf"{stamp} INFO procqueue.child: job {id} stdout: hello text", line)
         for line in lines
     )
+
+
+FOLLOW_UP = (
+    "from procqueue import App\n\napp = App()\n\n\n"
+    "@app.job\ndef second() -> str:\n    return 'second'\n\n\n"
+    "@app.job\ndef first() -> int:\n    return second.enqueue()\n"
+)
+
+
+@pytest.mark.slow
+def test_follow_up_jobs_go_to_the_supervisors_database(tmp_path: Path) -> None:
+    """Job code's App() in a child finds the database the supervisor was given
+    (here by the config file), not the default file."""
+    (tmp_path / "follow_jobs.py").write_text(FOLLOW_UP)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "procqueue.toml").write_text('dsn = "sqlite:///data/q.db"\n')
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PROCQUEUE_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "procqueue", "enqueue", "follow_jobs.first"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stderr) == (0, "")
+    app = App(f"sqlite:///{tmp_path}/data/q.db")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "procqueue", "supervise", "follow_jobs", "--workers", "1"],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        first = wait_until(
+            lambda: (j := app.get(int(done.stdout))).state == "done" and j, timeout=30
+        )
+        wait_until(lambda: app.get(first.result).state == "done", timeout=30)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        app.close()
+    assert not (tmp_path / "procqueue.db").exists()
