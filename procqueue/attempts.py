@@ -213,13 +213,14 @@ class Attempts:
                     )
 
     def note_pids(self, now: float) -> None:
-        """Writes the child's pid of jobs running over a second (for operators);
-        short jobs never pay for it."""
+        """Writes the child's pid of jobs that report progress or run over a
+        second (for operators); short jobs never pay for it."""
         for slot in self.pool.busy():
             job, child = slot.job, slot.child
             if job is None or child is None or slot.pid_written or slot.kill_reason is not None:
                 continue
-            if now - slot.started < _PID_AFTER_S or not self.db.ok(now):
+            long_running = now - slot.started >= _PID_AFTER_S or slot.progress is not None
+            if not long_running or not self.db.ok(now):
                 continue
             slot.pid_written = True
             if (
