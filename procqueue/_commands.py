@@ -74,6 +74,7 @@ SUPERVISE_FLAGS = (
     "log_format",
     "log_level",
     "metrics_port",
+    "metrics_host",
 )
 """Config keys `supervise` takes as flags of the same name (``limits`` is ``--queue``)."""
 
@@ -90,10 +91,6 @@ def supervise_config(args: argparse.Namespace) -> configfile.Config:
 def supervise_settings(chosen: configfile.Config) -> config.Settings:
     """The supervisor's Settings for the `chosen` configuration."""
     fields = config.Settings.__struct_fields__
-    if chosen.metrics_port is not None and "metrics_port" not in fields:
-        raise UsageError(
-            "metrics are not available in this version (drop --metrics-port / metrics_port)"
-        )
     values = {k: v for k, v in chosen.given().items() if k in fields}
     return config.Settings(**{"titles": True, **values})
 
@@ -104,7 +101,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     chosen = supervise_config(args)
     settings = supervise_settings(chosen)
     if chosen.metrics_port is not None:
-        _check_listen("127.0.0.1", chosen.metrics_port)  # where the supervisor serves them
+        _check_listen(settings.metrics_host, chosen.metrics_port)  # where they will be served
     _use_cwd(children=True)
     app = _on_dsn(_load(args.app), args)
     # children import the module afresh: its App() must find the same database

@@ -46,19 +46,19 @@ class OutputRelay:
         self._lines = 0
         self.dropped = 0
 
-    def feed(self, data: bytes, *, tag: str, now: float) -> None:
+    def feed(self, data: bytes, *, tag: str, now: float, job_id: int | None = None) -> None:
         lines = (self._partial + data).split(b"\n")
         self._partial = lines.pop()[:MAX_LINE]
         for line in lines:
-            self._emit(line, tag, now)
+            self._emit(line, tag, now, job_id)
 
-    def flush(self, *, tag: str, now: float) -> None:
+    def flush(self, *, tag: str, now: float, job_id: int | None = None) -> None:
         if self._partial:
-            self._emit(self._partial, tag, now)
+            self._emit(self._partial, tag, now, job_id)
             self._partial = b""
         self._report_dropped(tag)
 
-    def _emit(self, line: bytes, tag: str, now: float) -> None:
+    def _emit(self, line: bytes, tag: str, now: float, job_id: int | None) -> None:
         if now - self._window >= 1.0:
             self._report_dropped(tag)
             self._window = now
@@ -68,7 +68,7 @@ class OutputRelay:
             return
         self._lines += 1
         text = line[:MAX_LINE].decode("utf-8", "replace")
-        log.info("%s %s: %s", tag, self.stream, text)
+        log.info("%s %s: %s", tag, self.stream, text, extra={"job_id": job_id})
 
     def _report_dropped(self, tag: str) -> None:
         if self.dropped:
@@ -150,7 +150,7 @@ class ChildProcess:
                 return out
             out.extend(self.reader.feed(data))
 
-    def relay_output(self, fd: int, *, tag: str, now: float) -> bool:
+    def relay_output(self, fd: int, *, tag: str, now: float, job_id: int | None = None) -> bool:
         """Logs what the child wrote to stdout/stderr, bounded per call;
         True at EOF."""
         for _ in range(16):  # at most 1 MiB per call: the loop must go on
@@ -161,9 +161,9 @@ class ChildProcess:
             except OSError:
                 return True
             if not data:
-                self.relays[fd].flush(tag=tag, now=now)
+                self.relays[fd].flush(tag=tag, now=now, job_id=job_id)
                 return True
-            self.relays[fd].feed(data, tag=tag, now=now)
+            self.relays[fd].feed(data, tag=tag, now=now, job_id=job_id)
         return False
 
     def rss_mb(self) -> float:

@@ -118,6 +118,8 @@ class Attempts:
 
     def _finish(self, slot: Slot, outcome: models.Outcome) -> None:
         assert slot.job is not None
+        # The child flushed its output before replying: log it under this job.
+        self.pool.relay_output(slot)
         self.record(slot.job, slot, outcome)
         self.pool.finished_job(slot)
         self.freed = True

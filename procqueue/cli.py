@@ -189,6 +189,9 @@ def _supervise_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--retention-days", type=_format.positive_float, metavar="D")
     p.add_argument("--metrics-port", type=_format.port, metavar="P", help="Prometheus metrics")
+    p.add_argument(
+        "--metrics-host", metavar="HOST", help="where metrics listen (default 127.0.0.1)"
+    )
     p.add_argument("--log-level", choices=LOG_LEVELS, help="(default info)")
     p.add_argument("--log-format", choices=("text", "json"), help="(default text)")
 

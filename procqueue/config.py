@@ -35,7 +35,9 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     progress_interval: float = 0.25
     """At most one progress write per job per this many seconds."""
     metrics_port: int | None = None
-    """Serve Prometheus metrics on 127.0.0.1:PORT."""
+    """Serve Prometheus metrics on metrics_host:PORT."""
+    metrics_host: str = "127.0.0.1"
+    """Where metrics listen; 0.0.0.0 for a scraper outside the machine (e.g. a pod)."""
     titles: bool = False
     """Set process titles (the CLI does; tests running in-process don't)."""
 

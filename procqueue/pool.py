@@ -90,11 +90,19 @@ class Pool:
                 self.selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
-        now = self.clock.monotonic()
-        for fd in (child.out_fd, child.err_fd):
-            child.relay_output(fd, tag=slot.tag, now=now)
+        self.relay_output(slot)
         child.close()
         slot.child = None
+
+    def relay_output(self, slot: Slot) -> None:
+        """Logs what the slot's child has written so far, tagged with its job."""
+        child = slot.child
+        if child is None:
+            return
+        now = self.clock.monotonic()
+        job_id = slot.job.id if slot.job else None
+        for fd in (child.out_fd, child.err_fd):
+            child.relay_output(fd, tag=slot.tag, now=now, job_id=job_id)
 
     # -- queries ------------------------------------------------------------
 

@@ -112,7 +112,7 @@ class Supervisor:
         self.app.on_enqueue(self.wake)
         self.pool.start()
         if self.settings.metrics_port is not None:
-            self.metrics.serve(self.settings.metrics_port)
+            self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
         log.info(
             "supervising %s with %d children (owner %s)",
             self.spec,
@@ -233,7 +233,8 @@ class Supervisor:
             return
         now = self.clock.monotonic()
         if kind != "proto":
-            if child.relay_output(key.fd, tag=slot.tag, now=now):
+            job_id = slot.job.id if slot.job else None
+            if child.relay_output(key.fd, tag=slot.tag, now=now, job_id=job_id):
                 self.selector.unregister(key.fd)
             return
         try:

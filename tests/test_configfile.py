@@ -34,6 +34,7 @@ cron = false
 log_format = "json"
 log_level = "warning"
 metrics_port = 9100
+metrics_host = "0.0.0.0"
 """
 
 FULL_CONFIG = Config(
@@ -52,6 +53,7 @@ FULL_CONFIG = Config(
     log_format="json",
     log_level="warning",
     metrics_port=9100,
+    metrics_host="0.0.0.0",
 )
 
 
@@ -198,6 +200,7 @@ def test_missing_explicit_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
         ("log_format", "json", "json"),
         ("log_level", "debug", "debug"),
         ("metrics_port", "9100", 9100),
+        ("metrics_host", "0.0.0.0", "0.0.0.0"),
     ],
 )
 def test_every_key_has_an_environment_variable(key: str, text: str, value: Any) -> None:
@@ -294,6 +297,7 @@ def test_the_file_sets_every_supervisor_setting(tmp_path: Path, supervise: Any) 
         max_jobs_per_child=100,
         max_memory_per_child=512.0,
         cron=False,
+        metrics_host="0.0.0.0",
         titles=True,
     )
     assert setup == ("warning", "json")

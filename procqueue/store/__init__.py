@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import urllib.parse
 
-from procqueue import errors
+from procqueue import configfile, errors
 from procqueue.store.base import Store
 
 __all__ = ["DEFAULT_DSN", "Store", "describe", "open_store", "resolve_dsn"]
@@ -14,8 +14,11 @@ DEFAULT_DSN = "sqlite:///procqueue.db"
 
 
 def resolve_dsn(explicit: str | None) -> str:
-    """The DSN to use: `explicit`, else ``$PROCQUEUE_DSN``, else the default file."""
-    return explicit or os.environ.get("PROCQUEUE_DSN") or DEFAULT_DSN
+    """The DSN to use: `explicit`, else ``$PROCQUEUE_DSN``, else the config
+    file's (``procqueue.toml`` / ``[tool.procqueue]``), else the default file."""
+    if explicit or os.environ.get("PROCQUEUE_DSN"):
+        return explicit or os.environ["PROCQUEUE_DSN"]
+    return configfile.layered(None).dsn or DEFAULT_DSN
 
 
 def describe(dsn: str) -> str:
