@@ -17,11 +17,10 @@ import logging
 import os
 import re
 import select
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any
 
 import msgspec
@@ -35,7 +34,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import ConnectionPool
 
 from procqueue import errors, models
-from procqueue.store import _queries, base, describe
+from procqueue.store import _pg_listen, _queries, base, describe
 
 log = logging.getLogger("procqueue.store")
 _Q = _queries.load("postgres")
@@ -178,14 +177,10 @@ class PostgresStore:
             "application_name": f"procqueue:{self.schema}",  # lets tests and ops find them
         }
         self._kwargs: dict[str, Any] = {k: v for k, v in defaults.items() if k not in params}
-        self._channel = f"procqueue_{self.schema}"
         self._claim_key = _lock_key("claim", self.schema)
         self._migrate_key = _lock_key("migrate", self.schema)
-        self._wake_lock = threading.Lock()
-        self._listener: Conn | None = None
-        self._listen_fd: int | None = None
-        self._stale_fds: list[int] = []  # closed once a new listener is open
-        self._missed_wake = False
+        self._channel = f"procqueue_{self.schema}"
+        self._listener = _pg_listen.Listener(self._conninfo, self._kwargs, channel=self._channel)
         self._last_used: dict[int, float] = {}
         self.check_idle = _CHECK_IDLE_S
         """Seconds a pooled connection may idle before it is checked when lent."""
@@ -288,72 +283,16 @@ class PostgresStore:
         return current
 
     def close(self) -> None:
-        with self._wake_lock:
-            self._retire_listener()
-            self._close_stale()
-            self._missed_wake = False
+        self._listener.close()
         self._pool.close()
 
     # -- wake-ups ---------------------------------------------------------
 
     def wake_fileno(self) -> int | None:
-        """A descriptor that turns readable when a dedicated connection
-        LISTENing on this schema's channel receives something. Opened on first
-        use, and again after it broke, always under a new number (so a caller
-        comparing numbers re-registers). None while the server cannot be
-        reached: poll, then ask again."""
-        with self._wake_lock:
-            if self._listener is None and not self._pool.closed:
-                # Best effort, so a short connect timeout: polling covers an outage.
-                kwargs = self._kwargs | {"connect_timeout": 2, "autocommit": True}
-                try:
-                    self._listener = psycopg.connect(self._conninfo, **kwargs)
-                    self._listener.execute(
-                        sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
-                    )
-                    # Our own duplicate: libpq closes its descriptor when the
-                    # connection drops, which would free the number for reuse.
-                    self._listen_fd = os.dup(self._listener.fileno())
-                except (psycopg.Error, OSError):
-                    self._retire_listener()
-                finally:  # closed only now, so that the new descriptor got another number
-                    self._close_stale()
-            return self._listen_fd
+        return self._listener.fileno()
 
     def wake_drain(self) -> bool:
-        """Consumes notifications without blocking; True if any arrived, or if
-        the listening connection broke (notifications may have been missed, so
-        the caller should look for work; `wake_fileno` reconnects). Never raises."""
-        with self._wake_lock:
-            woke, self._missed_wake = self._missed_wake, False
-            conn = self._listener
-            if conn is None:
-                return woke
-            try:
-                for _ in conn.notifies(timeout=0):
-                    woke = True
-                if conn.broken or conn.closed:
-                    raise psycopg.OperationalError("listening connection lost")
-            except Exception:
-                self._retire_listener()
-                return True
-            return woke
-
-    def _retire_listener(self) -> None:
-        conn, self._listener = self._listener, None
-        if conn is not None:
-            with suppress(Exception):  # a broken connection may fail to close; it is gone
-                conn.close()
-        if self._listen_fd is not None:
-            self._stale_fds.append(self._listen_fd)
-        self._listen_fd = None
-        self._missed_wake = True
-
-    def _close_stale(self) -> None:
-        for fd in self._stale_fds:
-            with suppress(OSError):
-                os.close(fd)
-        self._stale_fds.clear()
+        return self._listener.drain()
 
     # -- jobs -------------------------------------------------------------
 
