@@ -179,14 +179,18 @@ def test_ctrl_c_stops_the_supervisor_and_its_children(tmp_path: Path) -> None:
 
 
 def _children_of(parent: int) -> list[int]:
-    """Pids of the supervisor children `parent` started (they name it in argv)."""
+    """Pids of the child processes `parent` started (their titles replace
+    their argv, so they are found by parent pid)."""
     found = []
     for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
         except OSError:
             continue
-        if b"procqueue.child" in argv and str(parent).encode() in argv:
+        # the command name may hold spaces and parentheses: fields follow the last ")"
+        if int(stat.rsplit(")", 1)[1].split()[1]) == parent:
             found.append(int(entry.name))
     return found
 
