@@ -164,7 +164,10 @@ def test_ctrl_c_stops_the_supervisor_and_its_children(tmp_path: Path) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-            proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()  # whatever happened: no pipe left for the GC to find
+        proc.wait()
     assert proc.returncode == 130, err.decode()
     assert "stopped cleanly" in out.decode()
     assert "Traceback" not in err.decode()
