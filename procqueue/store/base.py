@@ -9,6 +9,7 @@ supervisor that lost its lease can never overwrite the one that took over.
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -207,6 +208,42 @@ class Store(Protocol):
     def queue_list(self, *, now: float) -> list[models.QueueInfo]:
         """Every queue that has jobs or settings, with counts per state."""
         ...
+
+
+class ClaimVia(abc.ABC):
+    """`job_claim` and `job_record_many` as the two halves of a backend's
+    `job_record_and_claim`, so each backend writes that logic once."""
+
+    @abc.abstractmethod
+    def job_record_and_claim(
+        self,
+        *,
+        outcomes: Sequence[models.Outcome],
+        owner: str,
+        queues: Sequence[str] | None,
+        count: int,
+        lease_until: float,
+        now: float,
+    ) -> Cycle:
+        """See `Store.job_record_and_claim`."""
+
+    def job_claim(
+        self,
+        *,
+        owner: str,
+        queues: Sequence[str] | None,
+        count: int,
+        lease_until: float,
+        now: float,
+    ) -> list[models.ClaimedJob]:
+        return self.job_record_and_claim(
+            outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
+        ).claimed
+
+    def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
+        return self.job_record_and_claim(
+            outcomes=outcomes, owner="", queues=None, count=0, lease_until=now, now=now
+        ).lost
 
 
 def choose(candidates: Iterable[Candidate], *, count: int) -> list[int]:

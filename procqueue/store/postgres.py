@@ -153,7 +153,7 @@ def _refused(id: int, row: DictRow | None, rule: str) -> errors.ProcqueueError:
     return errors.InvalidState(f"job {id} is {row['state']}; {rule}")
 
 
-class PostgresStore:
+class PostgresStore(base.ClaimVia):
     """A `Store` on one schema of a PostgreSQL database. Safe to share between
     threads: each call borrows a pooled connection for one transaction."""
 
@@ -371,19 +371,6 @@ class PostgresStore:
         rows = self._all("job_list", state=state, queue=queue, name=name, limit=limit)
         return [_row_to_info(r) for r in rows]
 
-    def job_claim(
-        self,
-        *,
-        owner: str,
-        queues: Sequence[str] | None,
-        count: int,
-        lease_until: float,
-        now: float,
-    ) -> list[models.ClaimedJob]:
-        return self.job_record_and_claim(
-            outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
-        ).claimed
-
     def job_record_and_claim(
         self,
         *,
@@ -448,11 +435,6 @@ class PostgresStore:
 
     def job_cancel_requested(self, *, owner: str) -> set[int]:
         return {r["id"] for r in self._all("job_cancel_requested", owner=owner)}
-
-    def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
-        return self.job_record_and_claim(
-            outcomes=outcomes, owner="", queues=None, count=0, lease_until=now, now=now
-        ).lost
 
     def job_set_progress(
         self, *, id: int, attempt: int, text: str | None, fraction: float | None

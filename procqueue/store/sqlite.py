@@ -84,7 +84,7 @@ def _record_params(o: models.Outcome, now: float) -> dict[str, Any]:
     }
 
 
-class SqliteStore:
+class SqliteStore(base.ClaimVia):
     """A `Store` on one SQLite file. Safe to share between threads (one lock)."""
 
     backend = "sqlite"
@@ -231,19 +231,6 @@ class SqliteStore:
         rows = self._all("job_list", state=state, queue=queue, name=name, limit=limit)
         return [_row_to_info(r) for r in rows]
 
-    def job_claim(
-        self,
-        *,
-        owner: str,
-        queues: Sequence[str] | None,
-        count: int,
-        lease_until: float,
-        now: float,
-    ) -> list[models.ClaimedJob]:
-        return self.job_record_and_claim(
-            outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
-        ).claimed
-
     def job_record_and_claim(
         self,
         *,
@@ -318,11 +305,6 @@ class SqliteStore:
 
     def job_cancel_requested(self, *, owner: str) -> set[int]:
         return {r["id"] for r in self._all("job_cancel_requested", owner=owner)}
-
-    def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
-        return self.job_record_and_claim(
-            outcomes=outcomes, owner="", queues=None, count=0, lease_until=now, now=now
-        ).lost
 
     def job_set_progress(
         self, *, id: int, attempt: int, text: str | None, fraction: float | None
