@@ -1,0 +1,1 @@
+"""Chaos and adversarial tests: real supervisors, real signals, real faults."""

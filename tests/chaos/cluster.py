@@ -1,0 +1,222 @@
+"""Databases and real ``procqueue supervise`` processes for the chaos and
+resource tests: start, kill, drain, and the PostgreSQL faults."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import psycopg
+
+from tests.chaos import procfs
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_URL = os.environ.get("PROCQUEUE_TEST_PG", "postgresql://127.0.0.1:5432/test")
+CONTROLLER_NAME = "procqueue-chaos-controller"
+"""application_name of our own control connections (never terminated by us)."""
+
+
+def procqueue_command() -> list[str]:
+    """The ``procqueue`` entry point of this interpreter's environment."""
+    script = Path(sys.executable).parent / "procqueue"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "procqueue"]
+
+
+@dataclass
+class Database:
+    """One empty queue database: a SQLite file or a PostgreSQL schema."""
+
+    backend: str
+    dsn: str
+    path: Path | None = None
+    schema: str | None = None
+
+    @classmethod
+    def create(cls, backend: str, folder: Path) -> Database:
+        if backend == "sqlite":
+            path = folder / "queue.db"
+            return cls(backend, f"sqlite:///{path}", path=path)
+        if backend == "postgres":
+            schema = f"chaos_{uuid.uuid4().hex[:12]}"
+            return cls(backend, f"{PG_URL}?schema={schema}", schema=schema)
+        raise ValueError(f"unknown backend {backend!r}")
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Rows of `sql` (``?`` placeholders on SQLite, ``%s`` on PostgreSQL),
+        through a connection of our own."""
+        if self.path is not None:
+            db = sqlite3.connect(self.path, timeout=60)
+            try:
+                return db.execute(sql, params).fetchall()
+            finally:
+                db.close()
+        with psycopg.connect(PG_URL, application_name=CONTROLLER_NAME, connect_timeout=5) as conn:
+            conn.execute(f'SET search_path TO "{self.schema}"')
+            return conn.execute(sql.replace("?", "%s"), params).fetchall()
+
+    def terminate_backends(self) -> int:
+        """Terminates every connection procqueue holds to our schema (and no one
+        else's); how many."""
+        assert self.schema is not None
+        with psycopg.connect(
+            PG_URL, application_name=CONTROLLER_NAME, autocommit=True, connect_timeout=5
+        ) as conn:
+            row = conn.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = %s AND pid <> pg_backend_pid()",
+                (f"procqueue:{self.schema}",),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def drop(self) -> None:
+        if self.schema is None:
+            return
+        with psycopg.connect(PG_URL, application_name=CONTROLLER_NAME, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+def restart_postgres() -> float:
+    """Restarts the PostgreSQL server (only behind an explicit flag); seconds taken."""
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    started = time.monotonic()
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    return time.monotonic() - started
+
+
+def postgres_reason() -> str | None:
+    """Why PostgreSQL can't be used (None when it answers)."""
+    try:
+        with psycopg.connect(PG_URL, connect_timeout=3, application_name=CONTROLLER_NAME):
+            return None
+    except psycopg.Error as exc:
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+@dataclass
+class SupervisorProcess:
+    """One ``procqueue supervise`` process and what happened to it."""
+
+    index: int
+    generation: int
+    popen: subprocess.Popen[bytes]
+    log_path: Path
+    started_at: float
+    fate: str = "running"
+    """running | killed | draining | drained | stopping | stopped | crashed"""
+    ended_at: float | None = None
+    exit_code: int | None = None
+    drain: dict[str, Any] = field(default_factory=dict)
+    _log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def poll(self) -> int | None:
+        code = self.popen.poll()
+        if code is not None and self._log is not None:
+            self._log.close()
+            self._log = None
+        return code
+
+    def kill(self) -> None:
+        self.popen.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.popen.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> int | None:
+        try:
+            self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return self.poll()
+
+    def log_tail(self, lines: int = 5) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+    def ready(self) -> bool:
+        """True once it logged that it supervises (its signal handlers are in place)."""
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"supervising " in f.read()
+        except OSError:
+            return False
+
+    def children(self) -> set[int]:
+        return procfs.children(self.pid) if self.poll() is None else set()
+
+
+def start_supervisor(
+    dsn: str,
+    *,
+    spec: str,
+    log_path: Path,
+    index: int = 0,
+    generation: int = 0,
+    workers: int = 3,
+    lease: float = 3.0,
+    poll: float = 0.2,
+    grace: float = 1.0,
+    limits: dict[str, int] | None = None,
+    cron: bool = True,
+    env: dict[str, str] | None = None,
+    extra: Sequence[str] = (),
+) -> SupervisorProcess:
+    """A real ``procqueue supervise SPEC`` process, its log in `log_path`."""
+    argv = [
+        *procqueue_command(),
+        "supervise",
+        spec,
+        "--dsn",
+        dsn,
+        "--workers",
+        str(workers),
+        "--lease",
+        f"{lease:g}",
+        "--poll",
+        f"{poll:g}",
+        "--grace",
+        f"{grace:g}",
+        "--log-level",
+        "info",
+        *extra,
+    ]
+    for name, limit in (limits or {}).items():
+        argv += ["--queue", f"{name}={limit}"]
+    if not cron:
+        argv.append("--no-cron")
+    full_env = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    full_env.pop("PROCQUEUE_TEST_CLOCK", None)
+    log = open(log_path, "ab")  # noqa: SIM115 - closed when the process is reaped
+    popen = subprocess.Popen(
+        argv, cwd=ROOT, env=full_env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+    )
+    return SupervisorProcess(
+        index=index,
+        generation=generation,
+        popen=popen,
+        log_path=log_path,
+        started_at=time.time(),
+        _log=log,
+    )

@@ -1,0 +1,114 @@
+"""What /proc says about processes: children, liveness, titles, memory.
+
+Linux only, like the guarantees it checks (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+
+_PR_SET_CHILD_SUBREAPER = 36
+_JOB_IN_TITLE = re.compile(r"#(\d+)$")
+
+
+def children(pid: int) -> set[int]:
+    """Direct children of `pid` (every thread's), empty when it is gone."""
+    found: set[int] = set()
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                found.update(int(p) for p in f.read().split())
+        except OSError:
+            continue
+    return found
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    # the command may hold spaces and parentheses: split after the last ')'
+    return text[text.rindex(")") + 2 :].split()
+
+
+def alive(pid: int) -> bool:
+    """True while `pid` exists and is not a zombie."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def parent(pid: int) -> int | None:
+    fields = _stat(pid)
+    return None if fields is None else int(fields[1])
+
+
+def title(pid: int) -> str:
+    """The process title (setproctitle rewrites the command line), '' when gone."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def job_in_title(text: str) -> int | None:
+    """The job id a child's title names (``procqueue child 2 NAME#ID``)."""
+    m = _JOB_IN_TITLE.search(text)
+    return int(m.group(1)) if m else None
+
+
+def status_kb(pid: int, field: str) -> int | None:
+    """A ``kB`` field of /proc/PID/status (``VmRSS``, ``VmHWM``), None when gone."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def set_subreaper(on: bool = True) -> bool:
+    """Makes orphans of our descendants our children (so we can see and reap
+    them); off again around commands that daemonize (a restarted server)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap(pid: int) -> None:
+    """Collects `pid` if it is our zombie child (never blocks)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def kill_pid(pid: int, sig: signal.Signals, *, expected_parent: int | None = None) -> bool:
+    """Signals `pid` through a pidfd (no pid-reuse race once it is open), only
+    if its parent is still `expected_parent` when given. True if sent."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if expected_parent is not None and parent(pid) != expected_parent:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
