@@ -50,11 +50,14 @@ class Attempts:
 
     def message(self, slot: Slot, message: protocol.Message) -> None:
         if isinstance(message, protocol.Hello):
+            assert slot.child is not None
+            if slot.child.ready:  # only a child's first frame may be Hello: job code wrote this
+                self.pool.kill(slot, "error", "protocol error: a second Hello", hard=True)
+                return
             if message.error is not None:
                 raise errors.ConfigError(message.error)
             if message.version != protocol.PROTOCOL_VERSION:
                 raise errors.ProtocolError(f"child speaks protocol {message.version}")
-            assert slot.child is not None
             slot.child.ready = True
             self.pool.startup_failures = 0
             self.freed = True
@@ -69,7 +72,7 @@ class Attempts:
         if isinstance(message, protocol.Progress):
             text, fraction = slot.progress or (None, None)
             slot.progress = (
-                message.text or text,
+                message.text.replace("\x00", "\\x00") if message.text else text,
                 message.fraction if message.fraction is not None else fraction,
             )
         elif isinstance(message, protocol.Step):
@@ -101,13 +104,19 @@ class Attempts:
                 slot, "error", f"killed by fault injector in step {message.name!r}", hard=True
             )
             return
-        saved = self.db(
-            self.store.job_save_step,
-            id=job.id,
-            attempt=job.attempt,
-            name=message.name,
-            value=message.value,
-        )
+        try:
+            saved = self.db(
+                self.store.job_save_step,
+                id=job.id,
+                attempt=job.attempt,
+                name=message.name,
+                value=message.value,
+            )
+        except errors.StoreRejected as exc:
+            self.pool.kill(
+                slot, "error", f"step {message.name!r} could not be saved: {exc}", hard=True
+            )
+            return
         if saved is None:
             self.pool.kill(slot, "error", f"could not save step {message.name!r}", hard=True)
         elif not saved:
@@ -264,9 +273,35 @@ class Attempts:
         if not self.outcomes:
             return
         batch = list(self.outcomes)
-        lost = self.db(self.store.job_record_many, outcomes=batch, now=self.clock.now())
+        try:
+            lost = self.db(self.store.job_record_many, outcomes=batch, now=self.clock.now())
+        except errors.StoreRejected:
+            self.flush_each()
+            return
         if lost is not None:
             self.recorded(len(batch), lost)
+
+    def flush_each(self) -> None:
+        """Writes the queued outcomes one by one, after the database refused a
+        batch: an outcome it refuses (a result PostgreSQL can't store) is
+        recorded as that attempt's failure instead, so one job's value never
+        blocks the others."""
+        while self.outcomes:
+            outcome = self.outcomes[0]
+            try:
+                lost = self.db(self.store.job_record_many, outcomes=[outcome], now=self.clock.now())
+            except errors.StoreRejected as exc:
+                log.warning("job %d: outcome refused by the database: %s", outcome.id, exc)
+                self.outcomes[0] = models.Outcome(
+                    id=outcome.id,
+                    attempt=outcome.attempt,
+                    state=models.JobState.FAILED,
+                    error=f"the outcome could not be stored: {exc}",
+                )
+                continue
+            if lost is None:
+                return  # the database is away: the rest waits
+            self.recorded(1, lost)
 
     def recorded(self, count: int, lost: list[int]) -> None:
         """The first `count` queued outcomes were written, except `lost` ones

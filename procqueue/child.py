@@ -102,6 +102,8 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
         message = protocol.read_message(rfd, to_child=True)
         if message is None or isinstance(message, protocol.Shutdown):
             return 0
+        if isinstance(message, protocol.StepSaved):
+            continue  # the answer to a Step frame job code wrote by hand: the next job must not pay
         if not isinstance(message, protocol.Run):
             raise errors.ProtocolError(f"unexpected {type(message).__name__} while idle")
         channel = PipeChannel(rfd, wfd, message.job_id, dict(message.steps))

@@ -31,9 +31,15 @@ class DbGuard:
         return self.down_since is None or now >= self.retry_at
 
     def __call__(self, fn: Callable[..., Any], **kwargs: Any) -> Any:
-        """Calls a store method; on a database error backs off and returns None."""
+        """Calls a store method; on a database error backs off and returns None.
+
+        `errors.StoreRejected` (the database refused a value) is no outage:
+        it propagates for the caller to turn into the job's failure.
+        """
         try:
             result = fn(**kwargs)
+        except errors.StoreRejected:
+            raise
         except errors.StoreError as exc:
             now = self.clock.monotonic()
             if self.down_since is None:

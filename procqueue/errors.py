@@ -8,6 +8,7 @@ A class's docstring is its default message. The tree::
     ├── JobNotFound          no job with that id
     ├── InvalidState         the job is not in a state the operation accepts
     ├── StoreError           the database failed or refused
+    │   ├── StoreRejected    the database refused a value (retrying won't help)
     │   ├── SchemaTooNew     the database was migrated by newer code
     │   └── LeaseLost        a fenced write matched no row: another owner has the job
     ├── ProtocolError        a malformed, truncated or oversized pipe frame
@@ -44,6 +45,10 @@ class InvalidState(ProcqueueError):
 
 class StoreError(ProcqueueError):
     """The database failed."""
+
+
+class StoreRejected(StoreError):
+    """The database refused a value; the same write would fail again."""
 
 
 class SchemaTooNew(StoreError):

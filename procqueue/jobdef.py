@@ -143,7 +143,7 @@ def bind_args(name: str, signature: inspect.Signature, args: dict[str, Any]) -> 
         raise errors.EnqueueError(f"arguments don't fit {name}{signature}: {exc}") from None
     try:
         encoded = msgspec.json.encode(args)
-    except (TypeError, msgspec.EncodeError, OverflowError, UnicodeEncodeError) as exc:
+    except (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
         for key, value in args.items():
             try:
                 msgspec.json.encode(value)
@@ -156,7 +156,7 @@ def bind_args(name: str, signature: inspect.Signature, args: dict[str, Any]) -> 
     # rather than change the value (only searched when a null was written).
     if b"null" in encoded:
         for key, value in args.items():
-            if _non_finite(msgspec.to_builtins(value)):
+            if non_finite(msgspec.to_builtins(value)):
                 raise errors.EnqueueError(
                     f"argument {key!r} of {name} holds NaN or infinity, which JSON cannot carry"
                 )
@@ -167,7 +167,8 @@ def bind_args(name: str, signature: inspect.Signature, args: dict[str, Any]) -> 
     return encoded
 
 
-def _non_finite(value: Any) -> bool:
+def non_finite(value: Any) -> bool:
+    """Whether `value` (plain builtins) holds a NaN or infinite float anywhere."""
     stack = [value]
     while stack:
         item = stack.pop()

@@ -131,7 +131,9 @@ class QueueInfo(msgspec.Struct, frozen=True):
 
 
 def cap_error(text: str) -> str:
-    """`text` cut to ERROR_MAX_CHARS, keeping its head and its tail (the raise site)."""
+    """`text` cut to ERROR_MAX_CHARS, keeping its head and its tail (the raise
+    site), with NUL characters (which PostgreSQL text refuses) made visible."""
+    text = text.replace("\x00", "\\x00")
     if len(text) <= ERROR_MAX_CHARS:
         return text
     half = (ERROR_MAX_CHARS - 40) // 2  # room for the marker line

@@ -19,7 +19,10 @@ from procqueue import errors
 PROTOCOL_VERSION = 1
 MAX_FRAME = 256 * 1024 * 1024
 """Largest frame either side accepts: room for a 64 MiB argument or result many times over."""
-_HEADER = struct.Struct(">I")
+_HEADER = struct.Struct(">2sI")
+_MAGIC = b"PQ"
+"""Opens every frame: bytes a job writes to the pipe by mistake fail at once
+instead of being taken for the length of a frame that never completes."""
 
 
 class Message(msgspec.Struct, tag=True):
@@ -102,7 +105,7 @@ def encode(message: Message) -> bytes:
     body = _encoder.encode(message)
     if len(body) > MAX_FRAME:
         raise errors.ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
-    return _HEADER.pack(len(body)) + body
+    return _HEADER.pack(_MAGIC, len(body)) + body
 
 
 def _decode(body: bytes, to_child: bool) -> Message:
@@ -125,7 +128,9 @@ class FrameReader:
         self._buf += data
         out: list[Message] = []
         while len(self._buf) >= _HEADER.size:
-            (size,) = _HEADER.unpack_from(self._buf)
+            magic, size = _HEADER.unpack_from(self._buf)
+            if magic != _MAGIC:
+                raise errors.ProtocolError(f"not a frame (starts {bytes(self._buf[:6])!r})")
             if size > MAX_FRAME:
                 raise errors.ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
             end = _HEADER.size + size
@@ -160,7 +165,9 @@ def read_message(fd: int, *, to_child: bool) -> Message | None:
     header = read_exact(fd, _HEADER.size)
     if header is None:
         return None
-    (size,) = _HEADER.unpack(header)
+    magic, size = _HEADER.unpack(header)
+    if magic != _MAGIC:
+        raise errors.ProtocolError(f"not a frame (starts {header!r})")
     if size > MAX_FRAME:
         raise errors.ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
     body = read_exact(fd, size) if size else b""

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from procqueue import errors, protocol
+from procqueue import errors, jobdef, protocol
 from procqueue.context import Channel, Context
 
 if TYPE_CHECKING:
@@ -77,11 +77,14 @@ def execute(
     except BaseException as exc:
         return protocol.Failed(job_id=job_id, kind="error", error=describe(exc))
     try:
-        return protocol.Done(job_id=job_id, result=msgspec.json.encode(result))
-    except (TypeError, msgspec.EncodeError, OverflowError) as exc:
+        encoded_result = msgspec.json.encode(result)
+        if b"null" in encoded_result and jobdef.non_finite(msgspec.to_builtins(result)):
+            raise ValueError("it holds NaN or infinity, which JSON cannot carry")
+    except (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
         return protocol.Failed(
             job_id=job_id, kind="permanent", error=f"the result cannot be encoded: {exc}"
         )
+    return protocol.Done(job_id=job_id, result=encoded_result)
 
 
 class InlineChannel:

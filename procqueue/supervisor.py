@@ -295,15 +295,20 @@ class Supervisor:
         idle = self.pool.idle()
         now = self.clock.now()
         outcomes = list(self.attempts.outcomes)
-        cycle = self.db(
-            self.store.job_record_and_claim,
-            outcomes=outcomes,
-            owner=self.owner,
-            queues=self.settings.queues,
-            count=len(idle),
-            lease_until=now + self.settings.lease,
-            now=now,
-        )
+        try:
+            cycle = self.db(
+                self.store.job_record_and_claim,
+                outcomes=outcomes,
+                owner=self.owner,
+                queues=self.settings.queues,
+                count=len(idle),
+                lease_until=now + self.settings.lease,
+                now=now,
+            )
+        except errors.StoreRejected:  # an outcome the database can't store
+            self.attempts.flush_each()
+            self._want_claim = True
+            return
         if cycle is None:
             return
         self.attempts.recorded(len(outcomes), cycle.lost)

@@ -23,7 +23,10 @@ def resolve_dsn(explicit: str | None) -> str:
 
 def describe(dsn: str) -> str:
     """`dsn` without its password, for messages."""
-    parts = urllib.parse.urlsplit(dsn)
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+    except ValueError:  # unparsable: keep only what follows the credentials
+        return "..." + dsn.rsplit("@", 1)[1] if "@" in dsn else dsn
     if parts.password is None:
         return dsn
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
@@ -36,6 +39,8 @@ def open_store(dsn: str) -> Store:
     Raises ConfigError for a DSN of no known form, StoreError when the
     database cannot be reached.
     """
+    if "\x00" in dsn:
+        raise errors.ConfigError("malformed DSN: it holds a NUL character")
     if dsn.startswith("sqlite://"):
         path = dsn[len("sqlite://") :]
         if path.startswith("/"):

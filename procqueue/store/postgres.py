@@ -74,12 +74,18 @@ def split_dsn(dsn: str) -> tuple[str, str]:
 
     Raises ConfigError for a schema that is not a plain lowercase identifier.
     """
-    parts = urllib.parse.urlsplit(dsn)
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+        parts.port  # noqa: B018  (parsing the port validates it)
+    except ValueError as exc:
+        raise errors.ConfigError(f"malformed DSN {describe(dsn)!r}: {exc}") from None
     query = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
     names = [value for key, value in query if key == "schema"]
     if len(names) > 1:
         raise errors.ConfigError(f"DSN {describe(dsn)!r} names schema= more than once")
     schema = names[0] if names else _DEFAULT_SCHEMA
+    if schema.startswith("pg_") or schema == "information_schema":
+        raise errors.ConfigError(f"schema {schema!r} in DSN is reserved by PostgreSQL")
     if not _SCHEMA_NAME.fullmatch(schema):
         raise errors.ConfigError(
             f"invalid schema name {schema!r} in DSN: use 1-53 characters of a-z, 0-9 and _, "
@@ -98,9 +104,8 @@ def _named(what: str) -> Iterator[None]:
         hint = ""
         if isinstance(exc, psycopg.errors.UndefinedTable):
             hint = " (run procqueue migrate, or grant USAGE on the schema)"
-        raise errors.StoreError(
-            f"PostgreSQL query {what} failed: {_first_line(exc)}{hint}"
-        ) from None
+        kind = errors.StoreRejected if isinstance(exc, psycopg.DataError) else errors.StoreError
+        raise kind(f"PostgreSQL query {what} failed: {_first_line(exc)}{hint}") from None
 
 
 def _exec(conn: Conn, name: str, params: dict[str, Any] | None = None) -> psycopg.Cursor[DictRow]:

@@ -122,13 +122,23 @@ class SqliteStore(base.ClaimVia):
             try:
                 yield self._db
             except BaseException:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise
             try:
                 self._db.execute("COMMIT")
             except sqlite3.Error as exc:
-                self._db.execute("ROLLBACK")
+                self._rollback()
                 raise errors.StoreError(f"SQLite {self.path}: {exc}") from None
+
+    def _rollback(self) -> None:
+        """Rolls back if a transaction is still open: SQLite may already have
+        rolled it back itself (SQLITE_FULL), and the original error is the one
+        worth reporting."""
+        if self._db.in_transaction:
+            try:
+                self._db.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
 
     @contextmanager
     def _errors(self) -> Iterator[None]:

@@ -227,12 +227,6 @@ def test_sqlite_file_locked_by_another_process_for_10_s_supervisors_wait_and_los
         app.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="SqliteStore._tx's ROLLBACK after SQLITE_FULL masks the error: "
-    "'cannot rollback - no transaction is active'",
-)
 @pytest.mark.timeout(60)
 def test_sqlite_on_a_full_filesystem_the_error_says_the_disk_is_full(tmp_path: Path) -> None:
     with small_tmpfs(tmp_path / "small", "2m") as mnt:

@@ -10,7 +10,7 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (%(version)s, %(now)s)
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
                   timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at)
-VALUES (%(name)s, %(queue)s, 'pending', %(priority)s, %(max_attempts)s, %(args)s::jsonb,
+VALUES (%(name)s, %(queue)s, 'pending', %(priority)s, %(max_attempts)s, %(args)s::json,
         %(key)s::text, %(serial_key)s::text, %(tags)s::jsonb, %(timeout)s::float8,
         %(max_memory)s::integer, %(backoff)s::jsonb, %(on_failure)s::text, %(run_at)s::float8,
         %(now)s, %(deadline_at)s::float8)
@@ -89,7 +89,7 @@ SELECT id FROM jobs WHERE state = 'running' AND owner = %(owner)s AND cancel_req
 -- job_record --
 -- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
 UPDATE jobs
-SET state = %(state)s::text, result = %(result)s::jsonb, error = %(error)s::text,
+SET state = %(state)s::text, result = %(result)s::json, error = %(error)s::text,
     run_at = coalesce(%(run_at)s::float8, run_at),
     finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
                        THEN %(now)s::float8 END,

@@ -8,8 +8,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     priority integer NOT NULL DEFAULT 0,
     attempts integer NOT NULL DEFAULT 0,
     max_attempts integer NOT NULL,
-    args jsonb NOT NULL,
-    result jsonb,
+    -- json, not jsonb: the text is kept as written, so floats come back
+    -- exactly and "\u0000" is accepted (jsonb rejects it).
+    args json NOT NULL,
+    result json,
     error text,
     progress text,
     fraction double precision,
