@@ -17,8 +17,6 @@ import typing
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
-import msgspec
-
 from procqueue import _clock, cron, errors, models
 from procqueue import store as store_mod
 from procqueue.context import Context
@@ -379,8 +377,3 @@ def load_app(spec: str) -> App:
             f"module {module_name!r} defines {len(apps)} procqueue Apps; name one as MODULE:ATTR"
         )
     return apps[0]
-
-
-def to_json(value: Any) -> str:
-    """`value` as JSON text (for CLI output)."""
-    return msgspec.json.encode(value).decode()

@@ -8,6 +8,7 @@ It dies with its supervisor: PR_SET_PDEATHSIG, and EOF on its pipe.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import signal
@@ -20,11 +21,11 @@ _PR_SET_PDEATHSIG = 1
 
 
 def _die_with_parent(parent_pid: int) -> None:
-    try:
+    """Asks the kernel to SIGKILL this process when its parent dies (Linux;
+    elsewhere pipe EOF still ends an idle child)."""
+    with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass  # not Linux: pipe EOF still ends an idle child
     if os.getppid() != parent_pid:  # the parent died before prctl took effect
         os._exit(1)
 

@@ -9,8 +9,7 @@ A class's docstring is its default message. The tree::
     ├── InvalidState         the job is not in a state the operation accepts
     ├── StoreError           the database failed or refused
     │   ├── StoreRejected    the database refused a value (retrying won't help)
-    │   ├── SchemaTooNew     the database was migrated by newer code
-    │   └── LeaseLost        a fenced write matched no row: another owner has the job
+    │   └── SchemaTooNew     the database was migrated by newer code
     ├── ProtocolError        a malformed, truncated or oversized pipe frame
     └── JobFailure           raised by job code to steer what happens next
         ├── Retry            retry after an optional delay
@@ -53,10 +52,6 @@ class StoreRejected(StoreError):
 
 class SchemaTooNew(StoreError):
     """The database schema is newer than this version of procqueue."""
-
-
-class LeaseLost(StoreError):
-    """The job's lease is held by someone else now; the write was refused."""
 
 
 class ProtocolError(ProcqueueError):

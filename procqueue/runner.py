@@ -92,10 +92,9 @@ class InlineChannel:
 
     def __init__(self) -> None:
         self.steps: dict[str, bytes] = {}
-        self.progress_log: list[tuple[str | None, float | None]] = []
 
     def progress(self, text: str | None, fraction: float | None) -> None:
-        self.progress_log.append((text, fraction))
+        """Dropped: inline there is no record to show it on."""
 
     def step_saved(self, name: str) -> bytes | None:
         return self.steps.get(name)

@@ -69,7 +69,7 @@ class WakeDir:
                     with contextlib.suppress(OSError):
                         os.unlink(path)  # its owner is gone
                 except OSError:
-                    pass  # full or otherwise busy: it wakes on its next poll
+                    continue  # full or otherwise busy: it wakes on its next poll
 
     def close(self) -> None:
         if self._sock is not None:
