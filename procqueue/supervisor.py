@@ -224,7 +224,7 @@ class Supervisor:
                     pass
             else:
                 self.store.wake_drain()
-                self._listen(force=True)
+                self._listen()  # a broken listener reconnects under a new number
             self._want_claim = True
             return
         slot, kind = key.data
@@ -248,14 +248,14 @@ class Supervisor:
             self.selector.unregister(key.fd)
             slot.dead = True
 
-    def _listen(self, *, force: bool = False) -> None:
+    def _listen(self) -> None:
         """(Re-)registers the store's wake-up descriptor, which changes when
-        the store reconnects; `force` re-registers even the same number."""
+        the store reconnects (always to a new number, so comparing suffices)."""
         try:
             fd = self.store.wake_fileno()
         except errors.StoreError:
             fd = None
-        if fd == self._listen_fd and not force:
+        if fd == self._listen_fd:
             return
         if self._listen_fd is not None:
             try:
