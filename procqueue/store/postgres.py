@@ -242,21 +242,17 @@ class PostgresStore(base.ClaimVia):
             raise errors.StoreError(f"PostgreSQL at {self.where}: {_first_line(exc)}") from None
 
     def _all(self, query: str, **params: Any) -> list[DictRow]:
-        """Runs an idempotent query; retried once on a fresh connection when
-        the lent one turns out dead (killed after the pool's check)."""
-        for last_try in (False, True):
-            broken = False
-            try:
-                with self._tx() as conn:
-                    try:
-                        return _exec(conn, query, params).fetchall()
-                    except errors.StoreError:
-                        broken = conn.broken
-                        raise
-            except errors.StoreError:
-                if last_try or not broken:
-                    raise
-        raise AssertionError("unreachable")
+        """Runs an idempotent query; retried once on a fresh connection when it
+        fails for a reason other than a refused value (the lent connection may
+        have been killed after the pool's check; a real outage fails twice)."""
+        try:
+            with self._tx() as conn:
+                return _exec(conn, query, params).fetchall()
+        except errors.StoreRejected:
+            raise
+        except errors.StoreError:
+            with self._tx() as conn:
+                return _exec(conn, query, params).fetchall()
 
     def _run(self, query: str, **params: Any) -> int:
         with self._tx() as conn:
