@@ -21,6 +21,10 @@ class Clock(Protocol):
         """Seconds for measuring intervals inside one process."""
         ...
 
+    def sleep(self, seconds: float) -> None:
+        """Waits `seconds` of this clock's monotonic time."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -30,6 +34,9 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
 
 
 class ManualClock:
@@ -75,6 +82,43 @@ class ManualClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+class FakeClock:
+    """Wall time, monotonic time and sleeping, all moved by hand (tests that
+    step a supervisor with `Supervisor.tick`).
+
+    `advance` moves both clocks together; `sleep` advances instead of
+    waiting, so code that sleeps on this clock runs at once. Safe to share
+    between threads.
+    """
+
+    def __init__(self, start: float = 1_750_000_000.0) -> None:
+        self._lock = threading.Lock()
+        self._wall = start
+        self._mono = 1_000.0
+
+    def now(self) -> float:
+        with self._lock:
+            return self._wall
+
+    def monotonic(self) -> float:
+        with self._lock:
+            return self._mono
+
+    def advance(self, seconds: float) -> None:
+        """Moves wall and monotonic time forward by `seconds` (>= 0)."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        with self._lock:
+            self._wall += seconds
+            self._mono += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(max(0.0, seconds))
 
 
 def from_env() -> Clock:

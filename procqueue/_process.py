@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 
-from procqueue import errors, protocol
+from procqueue import _proctree, errors, protocol
 
 log = logging.getLogger("procqueue.child")
 
@@ -167,20 +167,17 @@ class ChildProcess:
         return False
 
     def rss_mb(self) -> float:
-        """Resident memory in MB (0 when the process is gone)."""
-        try:
-            with open(f"/proc/{self.pid}/statm") as f:
-                pages = int(f.read().split()[1])
-        except (OSError, ValueError, IndexError):
-            return 0.0
-        return pages * os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+        """Resident memory of the child process alone, in MB (0 when it is gone)."""
+        return _proctree.rss_mb([self.pid])
 
-    def signal(self, sig: signal.Signals) -> None:
-        """Signals the child's whole process group; a gone group is fine."""
-        try:
-            os.killpg(self.pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+    def tree_rss_mb(self) -> float:
+        """Resident memory of the child and everything it started, in MB."""
+        return _proctree.rss_mb([self.pid, *_proctree.descendants(self.pid)])
+
+    def signal_tree(self, sig: signal.Signals) -> None:
+        """Signals the child's process group and every process below it
+        (also those that left the group); gone processes are fine."""
+        _proctree.signal_tree(self.pid, sig)
 
     def poll(self) -> int | None:
         return self.popen.poll()

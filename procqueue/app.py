@@ -219,9 +219,16 @@ class App:
                 self._store.close()
                 self._store = None
 
-    def on_enqueue(self, hook: Callable[[], None]) -> None:
-        """Calls `hook` after every enqueue through this App (in-process wake-up)."""
+    def on_enqueue(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Calls `hook` after every enqueue or retry through this App
+        (in-process wake-up); returns a function that stops it (idempotent)."""
         self._wake_hooks.append(hook)
+
+        def unsubscribe() -> None:
+            if hook in self._wake_hooks:
+                self._wake_hooks.remove(hook)
+
+        return unsubscribe
 
     # -- producing --------------------------------------------------------
 

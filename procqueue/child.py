@@ -3,31 +3,37 @@ the supervisor sends them over its pipe.
 
 Started clean by the supervisor (``python -m procqueue.child``), never
 forked, so it inherits no database connection; it never opens one either.
-It dies with its supervisor: PR_SET_PDEATHSIG, and EOF on its pipe.
+
+A child fences itself: a reader thread owns the pipe from the supervisor,
+and when that pipe ends (the supervisor is gone, ``kill -9`` included) or
+the running job's lease runs out (the supervisor could not renew it: the
+database is away, or the supervisor is frozen), the child ends the job's
+whole process tree and exits, so a rescued job never overlaps this run.
+The child is a subreaper, so what a job starts stays among its
+descendants; what a job leaves running when it returns is ended too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
+import queue
 import signal
 import sys
+import threading
+import time
 from typing import Any
 
-from procqueue import errors, protocol, runner
+import msgspec
 
-_PR_SET_PDEATHSIG = 1
+from procqueue import _proctree, errors, protocol, runner
 
-
-def _die_with_parent(parent_pid: int) -> None:
-    """Asks the kernel to SIGKILL this process when its parent dies (Linux;
-    elsewhere pipe EOF still ends an idle child)."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
-        os._exit(1)
+PROGRESS_EVERY_S = 0.25
+"""At most one progress frame per job per this many seconds; the last value
+always travels with the outcome."""
+FENCE_EXIT = 70
+"""Exit code of a child that ended its job because its lease ran out or its
+supervisor was gone."""
 
 
 def _set_title(text: str) -> None:
@@ -39,28 +45,129 @@ def _set_title(text: str) -> None:
         pass
 
 
+def _raise_oom_score() -> None:
+    """Offers this process (and what it starts) to the kernel's OOM killer
+    first, so that memory pressure never picks the supervisor."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+
+
+def _end_tree_and_exit(why: str) -> None:
+    """Kills every process below this one, then exits at once (any thread)."""
+    with contextlib.suppress(OSError):
+        os.write(2, f"procqueue child {os.getpid()}: {why}; ending the job\n".encode())
+    for _ in range(3):  # a process may fork while the tree is being killed
+        _proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
+    os._exit(FENCE_EXIT)
+
+
+class Fence:
+    """Ends the job when its lease runs out, by this process's monotonic clock."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._deadline: float | None = None
+        threading.Thread(target=self._watch, name="procqueue-fence", daemon=True).start()
+
+    def arm(self, seconds: float) -> None:
+        """The job may run `seconds` more (0: no lease to keep)."""
+        with self._cond:
+            self._deadline = time.monotonic() + seconds if seconds > 0 else None
+            self._cond.notify()
+
+    def disarm(self) -> None:
+        self.arm(0.0)
+
+    def _watch(self) -> None:
+        with self._cond:
+            while True:
+                if self._deadline is None:
+                    self._cond.wait()
+                    continue
+                left = self._deadline - time.monotonic()
+                if left <= 0:
+                    _end_tree_and_exit(
+                        "the job's lease ran out (its supervisor could not renew it)"
+                    )
+                self._cond.wait(left)
+
+
+class Inbox:
+    """The pipe from the supervisor, read by its own thread: lease renewals
+    go to the fence at once (the main thread is busy running the job), the
+    other frames wait here for the main thread. The end of the pipe ends
+    the job."""
+
+    def __init__(self, rfd: int, fence: Fence) -> None:
+        self._rfd = rfd
+        self._fence = fence
+        self._current: int | None = None
+        self.frames: queue.SimpleQueue[protocol.Message | None] = queue.SimpleQueue()
+        threading.Thread(target=self._read, name="procqueue-inbox", daemon=True).start()
+
+    def running(self, job_id: int | None) -> None:
+        self._current = job_id
+
+    def _read(self) -> None:
+        try:
+            while True:
+                message = protocol.read_message(self._rfd, to_child=True)
+                if message is None:
+                    break
+                if isinstance(message, protocol.Lease):
+                    if message.job_id == self._current:
+                        self._fence.arm(message.left)
+                    continue
+                self.frames.put(message)
+        except (OSError, errors.ProtocolError) as exc:
+            with contextlib.suppress(OSError):
+                os.write(2, f"procqueue child: {exc}\n".encode())
+        if self._current is not None:
+            _end_tree_and_exit("its supervisor is gone")
+        self.frames.put(None)
+
+
 class PipeChannel:
     """A Context's channel over the protocol pipe."""
 
-    def __init__(self, rfd: int, wfd: int, job_id: int, steps: dict[str, bytes]) -> None:
-        self._rfd = rfd
+    def __init__(self, inbox: Inbox, wfd: int, job_id: int, steps: dict[str, bytes]) -> None:
+        self._inbox = inbox
         self._wfd = wfd
         self._job_id = job_id
         self._steps = steps
+        self._sent_at = -PROGRESS_EVERY_S
+        self.last: tuple[str | None, float | None] | None = None
+        self._unsent = False
         self.cancel_requested = False
 
     def send(self, message: protocol.Message) -> None:
-        protocol.write_all(self._wfd, protocol.encode(message))
+        protocol.write_all(self._wfd, protocol.encode(message, limit=protocol.MAX_REPLY))
 
     def progress(self, text: str | None, fraction: float | None) -> None:
-        self.send(protocol.Progress(job_id=self._job_id, text=text, fraction=fraction))
+        """Keeps the latest value; sends at most every PROGRESS_EVERY_S."""
+        old_text, old_fraction = self.last or (None, None)
+        self.last = (
+            text if text is not None else old_text,
+            fraction if fraction is not None else old_fraction,
+        )
+        self._unsent = True
+        now = time.monotonic()
+        if now - self._sent_at >= PROGRESS_EVERY_S:
+            self._sent_at = now
+            self._unsent = False
+            self.send(protocol.Progress(job_id=self._job_id, text=text, fraction=fraction))
 
     def step_saved(self, name: str) -> bytes | None:
         return self._steps.get(name)
 
     def step_done(self, name: str, value: bytes) -> None:
+        if len(value) > protocol.MAX_REPLY - 1024:
+            raise ValueError(
+                f"step {name!r} returned {len(value)} bytes encoded; "
+                f"the limit is {protocol.MAX_REPLY - 1024}"
+            )
         self.send(protocol.Step(job_id=self._job_id, name=name, value=value))
-        reply = protocol.read_message(self._rfd, to_child=True)
+        reply = self._inbox.frames.get()
         if not isinstance(reply, protocol.StepSaved) or reply.name != name:
             raise errors.ProtocolError(f"expected StepSaved for {name!r}, got {reply!r}")
         self._steps[name] = value
@@ -68,25 +175,53 @@ class PipeChannel:
     def cancelled(self) -> bool:
         return self.cancel_requested
 
+    def outcome(self, reply: protocol.Done | protocol.Failed) -> protocol.Done | protocol.Failed:
+        """`reply` with the job's last progress, when some was not sent yet."""
+        if not self._unsent or self.last is None:
+            return reply
+        text, fraction = self.last
+        return msgspec.structs.replace(reply, progress=text, fraction=fraction)
+
+
+def _oversized(reply: protocol.Done | protocol.Failed) -> protocol.Done | protocol.Failed:
+    """Refuses, with a clear error, a result the supervisor would not accept."""
+    if isinstance(reply, protocol.Done) and len(reply.result) > protocol.MAX_REPLY - 4096:
+        return protocol.Failed(
+            job_id=reply.job_id,
+            kind="permanent",
+            error=f"the result is {len(reply.result)} bytes encoded; "
+            f"the limit is {protocol.MAX_REPLY - 4096}",
+        )
+    return reply
+
+
+def _reap_leftovers() -> None:
+    """Ends what the job left running and collects the zombies (this child is
+    their subreaper)."""
+    _proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
 
 def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     """The child's life: hello, then jobs until Shutdown or EOF. Returns the exit code."""
     from procqueue.app import load_app
 
     _set_title(f"procqueue child {index} starting")
+    _raise_oom_score()
+    _proctree.become_subreaper()
     try:
         app = load_app(spec)
     except errors.ProcqueueError as exc:
-        protocol.write_all(
-            wfd,
-            protocol.encode(
-                protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=str(exc))
-            ),
-        )
+        hello = protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=str(exc))
+        protocol.write_all(wfd, protocol.encode(hello))
         return 1
     protocol.write_all(
         wfd, protocol.encode(protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION))
     )
+    fence = Fence()
+    inbox = Inbox(rfd, fence)
     current: list[PipeChannel] = []
 
     def on_term(signum: int, frame: Any) -> None:
@@ -100,22 +235,24 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides
     _set_title(f"procqueue child {index} idle")
     while True:
-        message = protocol.read_message(rfd, to_child=True)
+        message = inbox.frames.get()
         if message is None or isinstance(message, protocol.Shutdown):
             return 0
         if isinstance(message, protocol.StepSaved):
             continue  # the answer to a Step frame job code wrote by hand: the next job must not pay
         if not isinstance(message, protocol.Run):
             raise errors.ProtocolError(f"unexpected {type(message).__name__} while idle")
-        channel = PipeChannel(rfd, wfd, message.job_id, dict(message.steps))
+        fence.arm(message.lease)
+        inbox.running(message.job_id)
+        channel = PipeChannel(inbox, wfd, message.job_id, dict(message.steps))
         job = app.registry.get(message.name)
         _set_title(f"procqueue child {index} {message.name}#{message.job_id}")
         current.append(channel)
         try:
-            if job is None:
-                reply: protocol.Message = protocol.Failed(
+            if job is None:  # a rolling deploy: a newer supervisor may know it
+                reply: protocol.Done | protocol.Failed = protocol.Failed(
                     job_id=message.job_id,
-                    kind="permanent",
+                    kind="error",
                     error=f"unknown job {message.name!r} in {spec}",
                 )
             else:
@@ -126,11 +263,14 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
                     encoded=message.args,
                     channel=channel,
                 )
+            _reap_leftovers()
             sys.stdout.flush()
             sys.stderr.flush()
-            channel.send(reply)
+            channel.send(channel.outcome(_oversized(reply)))
         finally:
             current.clear()
+            inbox.running(None)
+            fence.disarm()
         if channel.cancel_requested:
             return 0
         _set_title(f"procqueue child {index} idle")
@@ -138,7 +278,8 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
 
 def main(argv: list[str]) -> int:
     spec, index, parent, rfd, wfd = argv
-    _die_with_parent(int(parent))
+    if os.getppid() != int(parent):  # the supervisor died before we started
+        return 1
     try:
         return serve(spec, int(index), int(rfd), int(wfd))
     except (BrokenPipeError, errors.ProtocolError) as exc:

@@ -28,6 +28,8 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_jobs_per_child: int | None = None
     max_memory_per_child: float | None = None
     """MB of RSS; a child past it is replaced after its job."""
+    max_memory_per_job: float | None = None
+    """MB for the whole process tree of a job that sets no `max_memory` of its own."""
     retention_days: float = 7.0
     """Done and cancelled jobs are pruned this long after they finish."""
     cron: bool = True
@@ -55,6 +57,10 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             (
                 self.max_memory_per_child is None or self.max_memory_per_child > 0,
                 "max-memory-per-child must be > 0 MB",
+            ),
+            (
+                self.max_memory_per_job is None or self.max_memory_per_job > 0,
+                "max-memory-per-job must be > 0 MB",
             ),
             (all(v >= 1 for v in self.limits.values()), "queue limits must be >= 1"),
             (self.retention_days > 0, "retention-days must be > 0"),

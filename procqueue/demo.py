@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import logging
 import math
 import os
@@ -22,12 +23,12 @@ import shutil
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
-from procqueue import config, demo_jobs, errors, models
+from procqueue import config, demo_jobs, errors, events, models
 from procqueue.app import App
-from procqueue.pool import Slot
 from procqueue.supervisor import Supervisor
 
 SPEC = "procqueue.demo_jobs"
@@ -112,66 +113,87 @@ def short(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
-# -- what the supervisor logs -------------------------------------------------
+# -- what the supervisor tells ------------------------------------------------
 
 
-class Events(logging.Handler):
-    """Turns the supervisor's log records into one-line demo events.
+@dataclass
+class ChildLine:
+    """What the view shows of one child, built from supervisor events."""
 
-    Records are handled in the supervisor's thread, so a child's slot still
-    holds the job and the kill reason when its death is logged.
+    pid: int = 0
+    first_pid: int = 0
+    ready: bool = False
+    job: events.Started | None = None
+    started: float = 0.0
+    text: str | None = None
+    fraction: float | None = None
+
+
+class Watcher:
+    """Subscribes to the supervisor's events: keeps each child's line and
+    turns deaths, retries and failures into one-line demo events.
+
+    Events arrive in the supervisor's thread; the view reads under `lock`.
     """
 
-    def __init__(self, style: Style, names: dict[int, str]) -> None:
-        super().__init__(logging.INFO)
+    def __init__(self, style: Style, workers: int) -> None:
         self.style = style
-        self.names = names
-        """Job id -> name, for the records that only carry the id."""
-        self.sup: Supervisor | None = None
+        self.lock = threading.Lock()
+        self.children = {i + 1: ChildLine() for i in range(workers)}
         self.new: queue.SimpleQueue[str] = queue.SimpleQueue()
         self.deaths = 0
+        self.retries = 0
 
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            text = self.describe(record)
-        except Exception:
-            text = record.getMessage()
-        if text:
-            self.new.put(text)
+    def __call__(self, event: events.Event) -> None:
+        with self.lock:
+            line = self._apply(event)
+        if line:
+            self.new.put(line)
 
-    def describe(self, record: logging.LogRecord) -> str | None:
-        """The event line for `record`, or None for records not worth showing."""
-        if record.name != "procqueue.supervisor":
-            return None  # relayed child output, store messages
-        s, msg = self.style, str(record.msg)
-        args: tuple[Any, ...] = record.args if isinstance(record.args, tuple) else ()
-        if msg.startswith("child %d (pid %d) died") and len(args) == 3:
+    def _apply(self, event: events.Event) -> str | None:
+        s = self.style
+        if isinstance(event, events.ChildStarted):
+            c = self.children[event.child]
+            c.pid, c.ready, c.job = event.pid, False, None
+            c.first_pid = c.first_pid or event.pid
+        elif isinstance(event, events.ChildReady):
+            self.children[event.child].ready = True
+        elif isinstance(event, events.Started):
+            c = self.children[event.child]
+            c.job, c.started, c.text, c.fraction = event, time.monotonic(), None, None
+        elif isinstance(event, events.Progress):
+            c = self.children[event.child]
+            c.text, c.fraction = event.text, event.fraction
+        elif isinstance(event, events.Finished):
+            for c in self.children.values():
+                if c.job is not None and c.job.job_id == event.job_id:
+                    c.job = None
+            return self._finished(event)
+        elif isinstance(event, events.ChildDied) and (
+            not event.expected or event.kill == "timeout"
+        ):
             self.deaths += 1
-            index, pid, reason = args
-            slot = self._slot(int(index))
-            job = f" running #{slot.job.id} {short(slot.job.name)}" if slot and slot.job else ""
-            how, mark = str(reason).replace("child process ", ""), "✖"
-            if slot is not None and slot.kill_reason and slot.kill_reason[0] == "timeout":
-                how, mark = f"{slot.kill_reason[1]}, {how}", "⏱"
-            return s(f"{mark} child {index} (pid {pid}) died{job}: {how} — replaced", RED)
-        if msg.startswith("job %d attempt %d failed, retry") and len(args) == 4:
-            id_, attempt, wait, error = args
-            if str(error).startswith(("child process", "timed out")):
-                return None  # its child's death is the event
-            name = short(self.names.get(int(id_), "job"))
-            line = f"↻ job #{id_} {name} attempt {attempt}: {error} — retry in {wait:.1f}s"
-            return s(line, YELLOW)
-        if msg.startswith("job %d %s:") and len(args) == 3:
-            id_, state, error = args
-            name = short(self.names.get(int(id_), "job"))
-            return s(f"✖ job #{id_} {name} {state} for good: {error}", RED, BOLD)
-        if record.levelno >= logging.WARNING:
-            return s(f"! {record.getMessage()}", YELLOW)
+            job = f" running #{event.job_id} {short(event.name or '')}" if event.job_id else ""
+            how, mark = event.reason.replace("child process ", ""), "✖"
+            if event.kill == "timeout":
+                how, mark = f"{event.kill_words}, {how}", "⏱"
+            return s(
+                f"{mark} child {event.child} (pid {event.pid}) died{job}: {how} — replaced", RED
+            )
         return None
 
-    def _slot(self, index: int) -> Slot | None:
-        slots = self.sup.pool.slots if self.sup is not None else []
-        return next((slot for slot in slots if slot.index == index), None)
+    def _finished(self, event: events.Finished) -> str | None:
+        s, error = self.style, events.first_line(event.error)
+        if event.outcome == "retried":
+            self.retries += 1
+            if error.startswith(("child process", "timed out")):
+                return None  # its child's death is the event
+            line = f"↻ job #{event.job_id} {short(event.name)} attempt {event.attempt}: {error}"
+            return s(f"{line} — retry in {event.retry_in or 0:.1f}s", YELLOW)
+        if event.outcome in ("failed", "cancelled"):
+            line = f"✖ job #{event.job_id} {short(event.name)} {event.outcome} for good: {error}"
+            return s(line, RED, BOLD)
+        return None
 
 
 # -- the view -----------------------------------------------------------------
@@ -187,20 +209,13 @@ def totals(app: App) -> collections.Counter[str]:
 
 
 class View:
-    """Draws the run: redrawn in place on a terminal, plain lines otherwise.
+    """Draws the run: redrawn in place on a terminal, plain lines otherwise,
+    from what the `Watcher` collected."""
 
-    Reads the supervisor's slots from another thread: each attribute read
-    is atomic, and a slot that changes between two reads is drawn right on
-    the next frame.
-    """
-
-    def __init__(self, sup: Supervisor, events: Events, n: int, live: bool, out: TextIO) -> None:
-        self.sup, self.events, self.n, self.live, self.out = sup, events, n, live, out
-        self.style = events.style
+    def __init__(self, watcher: Watcher, n: int, live: bool, out: TextIO) -> None:
+        self.watcher, self.n, self.live, self.out = watcher, n, live, out
+        self.style = watcher.style
         self.recent: collections.deque[str] = collections.deque(maxlen=_EVENTS_SHOWN)
-        self.progress: dict[int, tuple[int, str | None, float | None]] = {}
-        """Slot index -> (job id, text, fraction): the slot forgets once it is written."""
-        self.first_pid: dict[int, int] = {}
         self.stopped = False
         self.height = 0
         self.last_plain = -math.inf
@@ -209,14 +224,8 @@ class View:
     def tick(self, t: collections.Counter[str], *, final: bool = False) -> None:
         """Takes in new events and draws (a plain line every ~2 s)."""
         fresh: list[str] = []
-        while not self.events.new.empty():
-            fresh.append(self.events.new.get())
-        for slot in self.sup.pool.slots:
-            job, progress = slot.job, slot.progress
-            if job is None:
-                self.progress.pop(slot.index, None)
-            elif progress is not None:
-                self.progress[slot.index] = (job.id, *progress)
+        while not self.watcher.new.empty():
+            fresh.append(self.watcher.new.get())
         if self.live:
             self.recent.extend(fresh)
             recent = [f"  {line}" for line in self.recent]
@@ -236,38 +245,37 @@ class View:
             self.out.flush()
 
     def _children(self) -> list[str]:
-        s, slots = self.style, self.sup.pool.slots
+        s = self.style
+        with self.watcher.lock:
+            children = [(i, dataclasses.replace(c)) for i, c in self.watcher.children.items()]
         room = max(1, shutil.get_terminal_size().lines - _EVENTS_SHOWN - 4)
-        shown = slots[:room] if len(slots) > room + 1 else slots
+        shown = children[:room] if len(children) > room + 1 else children
         lines = []
-        for slot in shown:
-            child, job = slot.child, slot.job
-            head = f"  child {slot.index:<{len(str(len(slots)))}}  "
-            head += s(f"pid {child.pid if child else '-':<7}", DIM) + "  "
+        for index, c in shown:
+            head = f"  child {index:<{len(str(len(children)))}}  "
+            head += s(f"pid {c.pid or '-':<7}", DIM) + "  "
+            job = c.job
             if job is None:
-                if self.stopped or (child is not None and child.ready):
+                if self.stopped or c.ready:
                     state = "stopped" if self.stopped else "idle"
-                elif child is None or self.first_pid.setdefault(slot.index, child.pid) == child.pid:
+                elif c.pid == c.first_pid:
                     state = "starting…"
                 else:
                     state = "replacement starting…"
                 lines.append(head + s(state, DIM))
                 continue
-            if child is not None:
-                self.first_pid.setdefault(slot.index, child.pid)
-            seen = self.progress.get(slot.index)
-            text, fraction = seen[1:] if seen and seen[0] == job.id else (None, None)
-            done = fraction or 0.0
-            elapsed = time.monotonic() - slot.started
+            done = c.fraction or 0.0
+            elapsed = time.monotonic() - c.started
             again = s(f"  attempt {job.attempt}", YELLOW) if job.attempt > 1 else ""
             lines.append(
-                f"{head}{s('▶', GREEN)} job #{job.id:<5} {short(job.name):<16}"
-                f"[{bar([(done, CYAN)], 12, s)}] {done:4.0%}  {text or '':<11}"
+                f"{head}{s('▶', GREEN)} job #{job.job_id:<5} {short(job.name):<16}"
+                f"[{bar([(done, CYAN)], 12, s)}] {done:4.0%}  {c.text or '':<11}"
                 f"{s(f'{elapsed:4.1f}s', DIM)}{again}"
             )
-        if len(shown) < len(slots):
-            busy = sum(1 for slot in slots[len(shown) :] if slot.job is not None)
-            lines.append(s(f"  … and {len(slots) - len(shown)} more children, {busy} busy", DIM))
+        if len(shown) < len(children):
+            busy = sum(1 for _, c in children[len(shown) :] if c.job is not None)
+            more = len(children) - len(shown)
+            lines.append(s(f"  … and {more} more children, {busy} busy", DIM))
         return lines
 
     def _overall(self, t: collections.Counter[str]) -> str:
@@ -276,7 +284,7 @@ class View:
         done, failed, cancelled = t["done"], t["failed"], t["cancelled"]
         finished = done + failed + cancelled
         parts = [(done / n, GREEN), (failed / n, RED), (cancelled / n, DIM)]
-        retries = self.sup.counts.get("retried", 0)
+        retries = self.watcher.retries
         return (
             f"  [{bar(parts, 30, s)}] {finished}/{self.n}  {s(f'done {done}', GREEN)}  "
             f"{s(f'retries {retries}', YELLOW)}  {s(f'failed {failed}', RED)}  "
@@ -331,26 +339,23 @@ def _run(args: argparse.Namespace) -> int:
         if kinds[kind] and kind != "mandelbrot_tile":
             print(f"  {kinds[kind]:3} of {args.jobs} tiles: {words}")
     print()
-    ids = app.enqueue_many(batch)
-    events = Events(style, {i: name for i, (name, _, _) in zip(ids, batch, strict=True)})
+    app.enqueue_many(batch)
     settings = config.Settings(workers=args.workers, poll=0.05, lease=10, grace=5, kill_grace=0.5)
-    logger = logging.getLogger("procqueue")
-    saved = (logger.level, logger.propagate)
-    logger.addHandler(events)
-    logger.setLevel(logging.INFO)
+    logger, quiet = logging.getLogger("procqueue"), logging.NullHandler()
+    logger.addHandler(quiet)
     logger.propagate = False  # the supervisor's own lines would tear the live view
     try:
         sup = Supervisor(app, spec=SPEC, settings=settings)
-        events.sup = sup
-        return _watch(app, sup, events, args)
+        watcher = Watcher(style, args.workers)
+        sup.events.subscribe(watcher)
+        return _watch(app, sup, watcher, args)
     finally:
-        logger.removeHandler(events)
-        logger.setLevel(saved[0])
-        logger.propagate = saved[1]
+        logger.removeHandler(quiet)
+        logger.propagate = True
         app.close()
 
 
-def _watch(app: App, sup: Supervisor, events: Events, args: argparse.Namespace) -> int:
+def _watch(app: App, sup: Supervisor, watcher: Watcher, args: argparse.Namespace) -> int:
     """Runs `sup` in a thread and draws until every job is final, then summarizes."""
     crashed: list[BaseException] = []
 
@@ -362,7 +367,7 @@ def _watch(app: App, sup: Supervisor, events: Events, args: argparse.Namespace) 
 
     thread = threading.Thread(target=supervise, name="procqueue-demo-supervisor")
     live = sys.stdout.isatty() and not args.no_live
-    view = View(sup, events, args.jobs, live=live, out=sys.stdout)
+    view = View(watcher, args.jobs, live=live, out=sys.stdout)
     interrupted = False
     try:
         thread.start()
@@ -395,7 +400,7 @@ def _watch(app: App, sup: Supervisor, events: Events, args: argparse.Namespace) 
     if interrupted:
         print("interrupted: the supervisor stopped cleanly; unfinished jobs stay in the database")
         return 130
-    summary(app, args, wall, sup.counts.get("retried", 0), events.deaths, events.style)
+    summary(app, args, wall, watcher.retries, watcher.deaths, watcher.style)
     return 0
 
 

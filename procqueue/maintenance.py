@@ -15,7 +15,6 @@ from typing import Any
 
 from procqueue import config, cron, models
 from procqueue.app import App
-from procqueue.dbguard import DbGuard
 from procqueue.store.base import Store
 
 log = logging.getLogger("procqueue.supervisor")
@@ -29,32 +28,27 @@ FAILURE_SWEEP_BATCH = 100
 class Maintenance:
     """One supervisor's share of the cluster's chores."""
 
-    def __init__(self, *, app: App, store: Store, settings: config.Settings, db: DbGuard) -> None:
+    def __init__(self, *, app: App, store: Store, settings: config.Settings) -> None:
         self.app = app
         self.store = store
         self.settings = settings
-        self.db = db
         self.cron_after: dict[tuple[str, str], float] = {}
         self.pruning = False
         self.pruned = 0
 
     def step(self, now: float) -> bool:
-        """One pass of every chore; True if jobs may have become claimable."""
-        woke = bool(self.db(self.store.job_rescue_expired, now=now))
+        """One pass of every chore (on the database thread; StoreError
+        propagates); True if jobs may have become claimable."""
+        woke = bool(self.store.job_rescue_expired(now=now))
         if woke:
             log.warning("jobs whose leases expired were made available again")
-        self.db(self.store.job_fail_past_deadline, now=now)
+        self.store.job_fail_past_deadline(now=now)
         if self.settings.cron and self.app.schedules:
             woke = self._cron(now) or woke
-        swept = self.db(
-            self.store.job_sweep_failures,
-            now=now,
-            limit=FAILURE_SWEEP_BATCH,
-            handler_job=self.app.failure_handler_job,
+        swept = self.store.job_sweep_failures(
+            now=now, limit=FAILURE_SWEEP_BATCH, handler_job=self.app.failure_handler_job
         )
-        if not self.pruning and self.db(
-            self.store.chore_claim, name="prune", every=PRUNE_EVERY_S, now=now
-        ):
+        if not self.pruning and self.store.chore_claim(name="prune", every=PRUNE_EVERY_S, now=now):
             self.pruning = True
             self.pruned = 0
         return woke or bool(swept)
@@ -62,11 +56,7 @@ class Maintenance:
     def prune_batch(self, now: float) -> None:
         """Deletes one bounded batch of expired done/cancelled jobs."""
         before = now - self.settings.retention_days * 86400
-        n = self.db(
-            self.store.job_prune, states=("done", "cancelled"), before=before, limit=PRUNE_BATCH
-        )
-        if n is None:
-            return
+        n = self.store.job_prune(states=("done", "cancelled"), before=before, limit=PRUNE_BATCH)
         self.pruned += n
         if n < PRUNE_BATCH:
             self.pruning = False
@@ -104,7 +94,7 @@ class Maintenance:
                         {**options, "key": cron.tick_key(schedule, tick), "run_at": at},
                     )
                 )
-        if jobs and self.db(self.store.job_insert_many, jobs=jobs, now=now) is None:
-            return False  # not advanced: the next pass enqueues them again
+        if jobs:  # a failure propagates before `advanced` is kept: the next pass retries
+            self.store.job_insert_many(jobs=jobs, now=now)
         self.cron_after.update(advanced)
         return bool(jobs)

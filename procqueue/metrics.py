@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from procqueue import events
+
 _SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 1800, 3600)
 
 
@@ -59,6 +61,21 @@ class Metrics:
             buckets=(0, 1, 2, 4, 8, 16, 32, 64),
             registry=r,
         )
+
+    def observe(self, event: events.Event) -> None:
+        """Counts one supervisor event (an `events.EventStream` subscriber)."""
+        if isinstance(event, events.Claimed):
+            self.claimed.labels(event.queue, event.name).inc()
+            self.wait_seconds.labels(event.queue).observe(event.waited)
+        elif isinstance(event, events.Finished):
+            if event.outcome == "lost":
+                self.leases_lost.inc()
+                return
+            self.finished.labels(event.queue, event.name, event.outcome).inc()
+            self.run_seconds.labels(event.queue, event.name).observe(event.seconds)
+        elif isinstance(event, events.ChildDied):
+            reason = event.kill or ("recycle" if event.expected else "crash")
+            self.restarts.labels(reason).inc()
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Serves /metrics on `host:port` from a daemon thread."""

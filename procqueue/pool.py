@@ -1,8 +1,9 @@
-"""The supervisor's children: N slots, each a long-lived child process that
-runs one job at a time; spawning, replacing, recycling and killing them.
+"""The supervisor's children: N slots, each a long-lived child process;
+spawning, sending, killing, reaping, replacing and retiring them.
 
-The pool knows processes and pipes, not the database: it reports what
-happened (a message, a death) and the supervisor decides what to record.
+The pool knows processes and pipes, not jobs or the database: it says
+which children can take work, hands frames in and out, and reports deaths.
+What a child is running, and what its death means, belongs to `attempts`.
 """
 
 from __future__ import annotations
@@ -12,8 +13,7 @@ import selectors
 import signal
 from dataclasses import dataclass
 
-from procqueue import _clock, config, errors, models, protocol
-from procqueue._process import ChildProcess, exit_reason
+from procqueue import _clock, _process, config, errors, events, protocol
 
 log = logging.getLogger("procqueue.supervisor")
 
@@ -22,34 +22,34 @@ STARTUP_FAILURES_MAX = 5
 
 
 @dataclass
-class Slot:
-    """One place a job can run, and the child serving it."""
-
+class _Slot:
     index: int
-    child: ChildProcess | None = None
-    job: models.ClaimedJob | None = None
-    started: float = 0.0
-    """Monotonic start of the current job."""
-    timeout_at: float | None = None
-    kill_reason: tuple[str, str] | None = None
-    """(kind, words): why the child is being killed; the attempt's outcome follows from it."""
-    kill_at: float | None = None
-    """When SIGTERM turns into SIGKILL."""
+    process: _process.ChildProcess | None = None
     jobs_run: int = 0
-    progress: tuple[str | None, float | None] | None = None
-    progress_written: float = 0.0
-    memory_checked: float = 0.0
-    pid_written: bool = False
-    dead: bool = False
     retiring: bool = False
+    """Told to shut down after its job (recycling): takes no new job."""
+    killing: bool = False
+    """A kill was started: takes no new job, is replaced once reaped."""
+    kill_at: float | None = None
+    """Monotonic time SIGTERM turns into SIGKILL."""
+    dead: bool = False
+    """Its protocol pipe closed: reap it soon."""
 
-    @property
-    def tag(self) -> str:
-        return f"job {self.job.id}" if self.job else f"child {self.index}"
+
+@dataclass(frozen=True)
+class Death:
+    """A child that exited and was replaced."""
+
+    child: int
+    pid: int
+    reason: str
+    retired: bool
+    killed: bool
 
 
 class Pool:
-    """N slots whose children are registered in the supervisor's selector."""
+    """N slots whose children are registered in the supervisor's selector
+    with data ``(index, "proto" | "out" | "err")``."""
 
     def __init__(
         self,
@@ -58,31 +58,37 @@ class Pool:
         settings: config.Settings,
         clock: _clock.Clock,
         selector: selectors.BaseSelector,
+        events: events.EventStream,
     ) -> None:
         self.spec = spec
         self.settings = settings
         self.clock = clock
         self.selector = selector
-        self.slots = [Slot(index=i + 1) for i in range(settings.workers)]
-        self.startup_failures = 0
+        self.events = events
+        self._slots = [_Slot(index=i + 1) for i in range(settings.workers)]
+        self._startup_failures = 0
+        self.respawn = True
+        """Whether a child that exits is replaced (not while stopping)."""
 
     def start(self) -> None:
-        for slot in self.slots:
+        for slot in self._slots:
             self._spawn(slot)
 
-    def _spawn(self, slot: Slot) -> None:
-        child = ChildProcess(spec=self.spec, index=slot.index)
-        slot.child = child
-        slot.dead = False
-        slot.retiring = False
+    def _slot(self, index: int) -> _Slot:
+        return self._slots[index - 1]
+
+    def _spawn(self, slot: _Slot) -> None:
+        child = _process.ChildProcess(spec=self.spec, index=slot.index)
+        slot.process = child
+        slot.dead = slot.retiring = slot.killing = False
         slot.jobs_run = 0
-        slot.kill_reason = None
         slot.kill_at = None
         for fd, kind in zip(child.fds(), ("proto", "out", "err"), strict=True):
-            self.selector.register(fd, selectors.EVENT_READ, (slot, kind))
+            self.selector.register(fd, selectors.EVENT_READ, (slot.index, kind))
+        self.events.emit(events.ChildStarted(child=slot.index, pid=child.pid))
 
-    def _release(self, slot: Slot) -> None:
-        child = slot.child
+    def _release(self, slot: _Slot, job_id: int | None) -> None:
+        child = slot.process
         if child is None:
             return
         for fd in child.fds():
@@ -90,86 +96,146 @@ class Pool:
                 self.selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
-        self.relay_output(slot)
+        self.relay_all(slot.index, job_id)
         child.close()
-        slot.child = None
-
-    def relay_output(self, slot: Slot) -> None:
-        """Logs what the slot's child has written so far, tagged with its job."""
-        child = slot.child
-        if child is None:
-            return
-        now = self.clock.monotonic()
-        job_id = slot.job.id if slot.job else None
-        for fd in (child.out_fd, child.err_fd):
-            child.relay_output(fd, tag=slot.tag, now=now, job_id=job_id)
+        slot.process = None
 
     # -- queries ------------------------------------------------------------
 
-    def idle(self) -> list[Slot]:
-        """Slots ready to take a job now."""
+    def indices(self) -> list[int]:
+        return [s.index for s in self._slots]
+
+    def pid(self, index: int) -> int:
+        child = self._slot(index).process
+        return 0 if child is None else child.pid
+
+    def available(self) -> list[int]:
+        """Slots whose child is ready and may take a job (busy ones included:
+        the caller knows which run a job)."""
         return [
-            s
-            for s in self.slots
-            if s.child is not None
-            and s.child.ready
-            and s.job is None
-            and not s.dead
-            and not s.retiring
+            s.index
+            for s in self._slots
+            if s.process is not None and s.process.ready and not (s.dead or s.retiring or s.killing)
         ]
 
-    def busy(self) -> list[Slot]:
-        return [s for s in self.slots if s.job is not None]
+    def any_dead(self) -> bool:
+        return any(s.dead for s in self._slots)
+
+    def next_kill(self) -> float | None:
+        """The earliest pending SIGKILL escalation (monotonic), if any."""
+        due = [s.kill_at for s in self._slots if s.kill_at is not None]
+        return min(due) if due else None
+
+    def rss_mb(self, index: int) -> float:
+        """Resident memory of the child and every process it started, in MB."""
+        child = self._slot(index).process
+        return 0.0 if child is None else child.tree_rss_mb()
+
+    # -- frames and output ----------------------------------------------------
+
+    def send(self, index: int, message: protocol.Message) -> bool:
+        """Writes one frame to the child; False (and the child is marked for
+        reaping) if it is gone."""
+        slot = self._slot(index)
+        if slot.process is None or not slot.process.send(message):
+            slot.dead = True
+            return False
+        return True
+
+    def read(self, index: int) -> tuple[list[protocol.Message], str | None]:
+        """The frames the child wrote, its Hello handled here; and the protocol
+        error that makes the rest of its pipe unreadable, if any.
+
+        Raises ConfigError when the child could not import the app.
+        """
+        slot = self._slot(index)
+        child = slot.process
+        if child is None:
+            return [], None
+        problem = None
+        try:
+            messages = child.read_messages()
+        except errors.ProtocolError as exc:
+            messages, problem = [], f"protocol error: {exc}"
+        out: list[protocol.Message] = []
+        for message in messages:
+            if not isinstance(message, protocol.Hello):
+                out.append(message)
+            elif child.ready:  # only a child's first frame may be Hello: job code wrote this
+                problem = problem or "protocol error: a second Hello"
+            elif message.error is not None:
+                raise errors.ConfigError(message.error)
+            elif message.version != protocol.PROTOCOL_VERSION:
+                raise errors.ProtocolError(f"child speaks protocol {message.version}")
+            else:
+                child.ready = True
+                self._startup_failures = 0
+                self.events.emit(events.ChildReady(child=index, pid=child.pid))
+        if child.eof:
+            try:
+                self.selector.unregister(child.rfd)
+            except (KeyError, ValueError):
+                pass
+            slot.dead = True
+        return out, problem
+
+    def relay(self, index: int, fd: int, job_id: int | None) -> None:
+        """Logs what the child wrote on `fd` (stdout/stderr), tagged with its job."""
+        child = self._slot(index).process
+        if child is None:
+            return
+        tag = f"job {job_id}" if job_id is not None else f"child {index}"
+        if child.relay_output(fd, tag=tag, now=self.clock.monotonic(), job_id=job_id):
+            self.selector.unregister(fd)
+
+    def relay_all(self, index: int, job_id: int | None) -> None:
+        """Logs everything the child has written so far (before an outcome)."""
+        child = self._slot(index).process
+        if child is None:
+            return
+        tag = f"job {job_id}" if job_id is not None else f"child {index}"
+        for fd in (child.out_fd, child.err_fd):
+            child.relay_output(fd, tag=tag, now=self.clock.monotonic(), job_id=job_id)
 
     # -- actions ------------------------------------------------------------
 
-    def dispatch(self, slot: Slot, job: models.ClaimedJob) -> bool:
-        """Hands `job` to `slot`'s child; False if the child is gone."""
-        assert slot.child is not None and slot.job is None
-        slot.job = job
-        slot.started = self.clock.monotonic()
-        slot.timeout_at = None if job.timeout is None else slot.started + job.timeout
-        slot.progress = None
-        slot.pid_written = False
-        message = protocol.Run(
-            job_id=job.id,
-            attempt=job.attempt,
-            name=job.name,
-            args=job.args,
-            steps={name: bytes(raw) for name, raw in job.steps.items()},
-        )
-        return slot.child.send(message)
+    def terminate(self, index: int) -> None:
+        """SIGTERM to the child's process tree, with no escalation (a drain
+        asks first; `kill` ends it later)."""
+        slot = self._slot(index)
+        if slot.process is not None:
+            slot.killing = True  # it exits after its job: no new one
+            slot.process.signal_tree(signal.SIGTERM)
 
-    def kill(self, slot: Slot, kind: str, words: str, *, hard: bool = False) -> None:
-        """Starts killing `slot`'s child: SIGTERM, then SIGKILL after the grace.
-
-        The first reason given wins; it decides the attempt's outcome.
-        """
-        if slot.child is None:
+    def kill(self, index: int, *, grace: float) -> None:
+        """Ends the child's process tree: SIGTERM now and SIGKILL after
+        `grace` seconds (at once when `grace` is 0). The child takes no new
+        job and is replaced once reaped. Calling again can only shorten it."""
+        slot = self._slot(index)
+        child = slot.process
+        if child is None:
             return
-        if slot.kill_reason is None:
-            slot.kill_reason = (kind, words)
-        if hard or self.settings.kill_grace == 0:
-            slot.child.signal(signal.SIGKILL)
+        slot.killing = True
+        if grace <= 0:
+            child.signal_tree(signal.SIGKILL)
             slot.kill_at = None
         elif slot.kill_at is None:
-            slot.child.signal(signal.SIGTERM)
-            slot.kill_at = self.clock.monotonic() + self.settings.kill_grace
+            child.signal_tree(signal.SIGTERM)
+            slot.kill_at = self.clock.monotonic() + grace
 
-    def escalate(self) -> None:
-        """SIGKILLs children whose grace after SIGTERM has passed."""
-        now = self.clock.monotonic()
-        for slot in self.slots:
-            if slot.child is not None and slot.kill_at is not None and now >= slot.kill_at:
-                slot.child.signal(signal.SIGKILL)
+    def escalate(self, now: float) -> None:
+        """SIGKILLs the trees of children whose grace after SIGTERM has passed."""
+        for slot in self._slots:
+            if slot.process is not None and slot.kill_at is not None and now >= slot.kill_at:
+                slot.process.signal_tree(signal.SIGKILL)
                 slot.kill_at = None
 
-    def finished_job(self, slot: Slot) -> None:
-        """The slot's job ended normally; recycles the child if it is due."""
-        slot.job = None
+    def job_done(self, index: int) -> None:
+        """The child finished a job and lives on; recycles it if it is due."""
+        slot = self._slot(index)
         slot.jobs_run += 1
-        child = slot.child
-        if child is None:
+        child = slot.process
+        if child is None or slot.killing:
             return
         limit = self.settings.max_jobs_per_child
         memory = self.settings.max_memory_per_child
@@ -183,44 +249,51 @@ class Pool:
             slot.retiring = True
             child.send(protocol.Shutdown())
 
-    def reap(self, slot: Slot) -> str | None:
-        """If `slot`'s child has exited: releases it, spawns a fresh one and
-        returns why it died (None while it still runs)."""
-        child = slot.child
-        if child is None:
-            return None
-        code = child.poll()
-        if code is None:
-            return None
-        reason = exit_reason(code)
-        if not child.ready:
-            self.startup_failures += 1
-            if self.startup_failures >= STARTUP_FAILURES_MAX:
-                raise errors.ConfigError(
-                    f"children keep dying before they start ({reason}); "
-                    f"is {self.spec!r} importable?"
-                )
-        elif not slot.retiring:
-            log.warning("child %d (pid %d) died: %s", slot.index, child.pid, reason)
-        self._release(slot)
-        slot.kill_reason = None
-        slot.kill_at = None
-        self._spawn(slot)
-        return reason
+    def reap(self, job_of: dict[int, int]) -> list[Death]:
+        """Children that exited: released, replaced, and reported.
+        `job_of` maps a slot to the job it runs, to tag the last output.
+
+        Raises ConfigError when children keep dying before they start.
+        """
+        deaths = []
+        for slot in self._slots:
+            child = slot.process
+            if child is None:
+                continue
+            code = child.poll()
+            if code is None:
+                continue
+            reason = _process.exit_reason(code)
+            if not child.ready:
+                self._startup_failures += 1
+                if self._startup_failures >= STARTUP_FAILURES_MAX:
+                    raise errors.ConfigError(
+                        f"children keep dying before they start ({reason}); "
+                        f"is {self.spec!r} importable?"
+                    )
+            # What the job started may outlive it: a tree ends with its child.
+            child.signal_tree(signal.SIGKILL)
+            deaths.append(Death(slot.index, child.pid, reason, slot.retiring, slot.killing))
+            self._release(slot, job_of.get(slot.index))
+            if self.respawn:
+                self._spawn(slot)
+        return deaths
 
     def shutdown(self, *, wait: float) -> None:
-        """Stops every child: Shutdown, then SIGKILL what is left after `wait` s."""
-        for slot in self.slots:
-            if slot.child is not None:
-                slot.child.send(protocol.Shutdown())
+        """Stops every child: Shutdown, then SIGKILL of each tree still
+        there after `wait` s."""
+        for slot in self._slots:
+            if slot.process is not None:
+                slot.process.send(protocol.Shutdown())
         give_up = self.clock.monotonic() + wait
-        for slot in self.slots:
-            child = slot.child
+        for slot in self._slots:
+            child = slot.process
             if child is None:
                 continue
             try:
                 child.popen.wait(timeout=max(0.0, give_up - self.clock.monotonic()))
             except Exception:
-                child.signal(signal.SIGKILL)
-                child.popen.wait()
-            self._release(slot)
+                pass
+            child.signal_tree(signal.SIGKILL)
+            child.popen.wait()
+            self._release(slot, None)

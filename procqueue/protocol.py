@@ -18,7 +18,12 @@ from procqueue import errors
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 256 * 1024 * 1024
-"""Largest frame either side accepts: room for a 64 MiB argument or result many times over."""
+"""Largest frame a child accepts: room for 64 MiB of arguments and saved steps."""
+MAX_REPLY = 8 * 1024 * 1024
+"""Largest frame the supervisor accepts from a child (a result, a step value, an
+error): job code is untrusted, so a header announcing more fails the attempt
+at once instead of making the supervisor buffer it. The child refuses a
+larger result or step value itself, with a clear error."""
 _HEADER = struct.Struct(">2sI")
 _MAGIC = b"PQ"
 """Opens every frame: bytes a job writes to the pipe by mistake fail at once
@@ -33,13 +38,23 @@ class Message(msgspec.Struct, tag=True):
 
 
 class Run(Message):
-    """Run one attempt; `args` and each of `steps` are JSON bytes."""
+    """Run one attempt; `args` and each of `steps` are JSON bytes. `lease`:
+    seconds left on the job's lease (0: unfenced); the child ends the job
+    itself shortly before it runs out."""
 
     job_id: int
     attempt: int
     name: str
     args: bytes
     steps: dict[str, bytes]
+    lease: float = 0.0
+
+
+class Lease(Message):
+    """The job's lease was renewed: `left` seconds from now."""
+
+    job_id: int
+    left: float
 
 
 class StepSaved(Message):
@@ -79,8 +94,13 @@ class Step(Message):
 
 
 class Done(Message):
+    """The job returned `result` (JSON). `progress`/`fraction`: its last
+    progress, when it was not sent in a Progress frame (coalesced)."""
+
     job_id: int
     result: bytes
+    progress: str | None = None
+    fraction: float | None = None
 
 
 class Failed(Message):
@@ -90,9 +110,11 @@ class Failed(Message):
     kind: str
     error: str
     delay: float | None = None
+    progress: str | None = None
+    fraction: float | None = None
 
 
-ToChild = Run | StepSaved | Shutdown
+ToChild = Run | Lease | StepSaved | Shutdown
 ToSupervisor = Hello | Progress | Step | Done | Failed
 
 _encoder = msgspec.msgpack.Encoder()
@@ -100,11 +122,11 @@ _to_child = msgspec.msgpack.Decoder(ToChild)
 _to_supervisor = msgspec.msgpack.Decoder(ToSupervisor)
 
 
-def encode(message: Message) -> bytes:
-    """`message` as one frame, header included."""
+def encode(message: Message, *, limit: int = MAX_FRAME) -> bytes:
+    """`message` as one frame, header included; ProtocolError past `limit` bytes."""
     body = _encoder.encode(message)
-    if len(body) > MAX_FRAME:
-        raise errors.ProtocolError(f"frame of {len(body)} bytes exceeds {MAX_FRAME}")
+    if len(body) > limit:
+        raise errors.ProtocolError(f"frame of {len(body)} bytes exceeds {limit}")
     return _HEADER.pack(_MAGIC, len(body)) + body
 
 
@@ -122,6 +144,7 @@ class FrameReader:
     def __init__(self, *, to_child: bool) -> None:
         self._buf = bytearray()
         self._to_child = to_child
+        self._limit = MAX_FRAME if to_child else MAX_REPLY
 
     def feed(self, data: bytes) -> list[Message]:
         """Adds `data`; returns every message now complete, in order."""
@@ -131,8 +154,8 @@ class FrameReader:
             magic, size = _HEADER.unpack_from(self._buf)
             if magic != _MAGIC:
                 raise errors.ProtocolError(f"not a frame (starts {bytes(self._buf[:6])!r})")
-            if size > MAX_FRAME:
-                raise errors.ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+            if size > self._limit:
+                raise errors.ProtocolError(f"frame of {size} bytes exceeds {self._limit}")
             end = _HEADER.size + size
             if len(self._buf) < end:
                 break
@@ -168,8 +191,9 @@ def read_message(fd: int, *, to_child: bool) -> Message | None:
     magic, size = _HEADER.unpack(header)
     if magic != _MAGIC:
         raise errors.ProtocolError(f"not a frame (starts {header!r})")
-    if size > MAX_FRAME:
-        raise errors.ProtocolError(f"frame of {size} bytes exceeds {MAX_FRAME}")
+    limit = MAX_FRAME if to_child else MAX_REPLY
+    if size > limit:
+        raise errors.ProtocolError(f"frame of {size} bytes exceeds {limit}")
     body = read_exact(fd, size) if size else b""
     if body is None:
         raise errors.ProtocolError("truncated frame: header without body")

@@ -2,8 +2,14 @@
 enforces timeouts, cancels and memory ceilings, and records every outcome
 fenced by its attempt number.
 
-One thread, one selector: the children's pipes, a self-pipe for wake-ups
-and signals, and the database's notification socket when it has one.
+One thread, one selector (the children's pipes, a self-pipe for wake-ups,
+answers and signals, and the database's notification socket), and one
+deterministic pass, `tick(now)`, after each wait. Database calls run on
+their own thread (`dbcalls`): the loop submits them and reacts to their
+answers, so a database that stalls never stops a timeout, a cancel already
+known, a kill, a drain or a signal. `run()` is `start()`, then `step()`
+until stopped, then `close()`; tests may drive `step` and `tick` themselves
+with a `FakeClock`.
 """
 
 from __future__ import annotations
@@ -16,20 +22,32 @@ import selectors
 import signal
 import socket
 import threading
+from typing import Any
 
-from procqueue import _clock, config, errors
+from procqueue import _clock, config, errors, events
 from procqueue import store as store_mod
 from procqueue._faults import Faults
 from procqueue.app import App
 from procqueue.attempts import Attempts
-from procqueue.dbguard import DbGuard
+from procqueue.dbcalls import DbCalls
 from procqueue.maintenance import Maintenance
 from procqueue.metrics import Metrics
 from procqueue.pool import Pool
+from procqueue.store.base import Cycle, Renewal
 
 log = logging.getLogger("procqueue.supervisor")
 
-_MEMORY_CHECK_S = 0.25
+OUTCOME_WAIT_S = 30.0
+"""After a drain, how long outcomes the database holds back may still be
+written; after that their leases expire and the jobs are rescued elsewhere."""
+
+
+def lease_margin(lease: float) -> float:
+    """Seconds before its lease runs out that a job is ended by its own child
+    (and by the supervisor): the lease expires by other machines' clocks,
+    so the margin must exceed the clock skew between machines (keep them in
+    NTP sync: skew is milliseconds)."""
+    return max(0.5, min(5.0, lease * 0.2))
 
 
 class Supervisor:
@@ -43,44 +61,60 @@ class Supervisor:
         settings: config.Settings,
         faults: Faults | None = None,
         rng: random.Random | None = None,
+        clock: _clock.Clock | None = None,
     ) -> None:
         self.app = app
         self.spec = spec
         self.settings = settings
-        self.clock: _clock.Clock = app.clock
+        self.clock: _clock.Clock = clock or app.clock
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
-        self.store = store_mod.open_store(store_mod.resolve_dsn(app.dsn))
-        self.selector = selectors.DefaultSelector()
-        self.pool = Pool(spec=spec, settings=settings, clock=self.clock, selector=self.selector)
+        self.events = events.EventStream()
+        self.counts = events.Counts()
+        self.events.subscribe(self.counts)
+        self.events.subscribe(events.log_event)
         self.metrics = Metrics()
         self.metrics.children.set(settings.workers)
-        self.db = DbGuard(self.clock, on_recover=self._listen)
+        self.events.subscribe(self.metrics.observe)
+        self.store = store_mod.open_store(store_mod.resolve_dsn(app.dsn))
+        self.selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self.db = DbCalls(clock=self.clock, events=self.events, wake=self.wake)
+        self.pool = Pool(
+            spec=spec,
+            settings=settings,
+            clock=self.clock,
+            selector=self.selector,
+            events=self.events,
+        )
         self.attempts = Attempts(
             pool=self.pool,
             store=self.store,
             db=self.db,
             clock=self.clock,
             settings=settings,
-            metrics=self.metrics,
+            events=self.events,
             faults=faults,
             rng=rng or random.Random(),
         )
-        self.counts = self.attempts.counts
-        self.maintenance = Maintenance(app=app, store=self.store, settings=settings, db=self.db)
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
+        self.maintenance = Maintenance(app=app, store=self.store, settings=settings)
         self._stops = 0
         self._want_claim = True
         self._draining_until: float | None = None
         self._drain_killed = False
+        self._solo = 0
+        """Outcomes to write one at a time: the database refused a batch."""
         self._listen_fd: int | None = None
         self._busy_title = -1
+        self._timers: dict[str, float] = {}
+        self._unsubscribe_wake: Any = None
 
     # -- control from other threads / signal handlers --------------------
 
     def wake(self) -> None:
-        """Claims as soon as possible (safe from any thread)."""
+        """Makes the loop run a pass as soon as possible (safe from any thread
+        and from a signal handler)."""
         if self._wake_w < 0:
             return  # stopped: the descriptor number may belong to another file now
         try:
@@ -101,118 +135,127 @@ class Supervisor:
         if install_signals and threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 previous[sig] = signal.signal(sig, lambda *_: self.request_stop())
+        try:
+            self.start()
+            while not self.finished():
+                self.step()
+        finally:
+            self.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        log.info("stopped: %s", self.counts.summary())
+        return 0
+
+    def start(self) -> None:
+        """Migrates, publishes queue limits, starts the children and the
+        database thread. Bounded by the store's own timeouts."""
         # The pool logs every failed reconnect; the supervisor says one line
-        # per outage instead (see _db).
+        # per outage instead (DatabaseDown / DatabaseUp).
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-        self.store.migrate()
+        self.store.migrate(now=self.clock.now())
         for queue, limit in self.settings.limits.items():
             self.store.queue_set_limit(queue=queue, limit=limit)
         self.selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._unsubscribe_wake = self.app.on_enqueue(self.wake)
+        self.db.start()
         self._listen()
-        self.app.on_enqueue(self.wake)
         self.pool.start()
         if self.settings.metrics_port is not None:
             self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
+        now = self.clock.monotonic()
+        self._timers = {
+            "claim": now,
+            "renew": now + self.settings.lease / 3,
+            "maintain": now,
+            "cancel": now,
+        }
         log.info(
             "supervising %s with %d children (owner %s)",
             self.spec,
             self.settings.workers,
             self.owner,
         )
-        now = self.clock.monotonic()
-        timers = {
-            "claim": now,
-            "renew": now + self.settings.lease / 3,
-            "maintain": now,
-            "cancel": now,
-        }
-        try:
-            while not self._finished():
-                self._step(timers)
-        finally:
-            self._close()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        log.info("stopped: %s", ", ".join(f"{k} {v}" for k, v in self.counts.items()))
-        return 0
 
-    def _finished(self) -> bool:
-        if self._stops and self._draining_until is None:
-            self._draining_until = self.clock.monotonic() + self.settings.grace
-            log.info(
-                "draining: %d running, up to %.1fs", len(self.pool.busy()), self.settings.grace
-            )
-        if self._draining_until is None:
-            return False
-        if not self._drain_killed and (
-            self._stops > 1 or self.clock.monotonic() >= self._draining_until
-        ):
-            self._drain_killed = True
-            for slot in self.pool.busy():
-                self.pool.kill(slot, "drain", "handed back at shutdown", hard=True)
-        if self.pool.busy():
-            return False
-        # Outcomes a database outage holds back get 30 s more; after that
-        # their leases expire and the jobs are rescued elsewhere.
-        return not self.attempts.outcomes or self.clock.monotonic() >= self._draining_until + 30
-
-    def _step(self, timers: dict[str, float]) -> None:
-        s = self.settings
-        for key, _ in self.selector.select(self._timeout(timers)):
+    def step(self, timeout: float | None = None) -> None:
+        """Waits for I/O until the next thing is due (at most `timeout` s when
+        given), handles what arrived, then runs one `tick`."""
+        wait = self._timeout(self.clock.monotonic()) if timeout is None else timeout
+        for key, _ in self.selector.select(wait):
             self._readable(key)
-        self.attempts.reap()
-        self.pool.escalate()
-        now = self.clock.monotonic()
-        self.attempts.enforce_limits(now)
-        self.attempts.note_pids(now)
+        self.tick(self.clock.monotonic())
+
+    def tick(self, now: float) -> None:
+        """One pass at monotonic time `now`: database answers, dead children,
+        kill escalation, timeouts and memory, the drain, then database work
+        that is due (never waited on here)."""
+        self.db.deliver()
+        for death in self.pool.reap(self.attempts.job_of()):
+            self.attempts.died(death)
+        self.pool.escalate(now)
+        self.attempts.enforce(now, wall=self.clock.now(), margin=self._margin())
+        self._drain(now)
         self.attempts.flush_progress(now)
         if self.attempts.freed:
             self.attempts.freed = False
             self._want_claim = True
-        if now >= timers["renew"] and self.db.ok(now):
-            timers["renew"] = now + s.lease / 3
-            self._renew()
-        if now >= timers["cancel"] and self.pool.busy() and self.db.ok(now):
-            timers["cancel"] = now + min(s.poll, 1.0)
-            self._cancel_requested(self.db(self.store.job_cancel_requested, owner=self.owner))
-        if now >= timers["maintain"] and self.db.ok(now):
-            timers["maintain"] = now + min(1.0, s.lease / 4)
-            if self.maintenance.step(self.clock.now()):
-                self._want_claim = True
-        if self.maintenance.pruning and self.db.ok(now):
-            self.maintenance.prune_batch(self.clock.now())
-        claim_due = self._want_claim or now >= timers["claim"]
-        if self._draining_until is None and claim_due and self.db.ok(now) and self.pool.idle():
-            timers["claim"] = now + s.poll
-            self._claim()  # writes the queued outcomes in the same transaction
-        elif self.db.ok(now):
-            self.attempts.flush()
+        self._renew(now)
+        self._poll_cancels(now)
+        self._maintain(now)
+        self._cycle(now)
         self._title()
 
-    def _timeout(self, timers: dict[str, float]) -> float:
-        now = self.clock.monotonic()
-        if any(s.dead for s in self.pool.slots):
+    def finished(self) -> bool:
+        """Whether the drain is over: nothing runs and the outcomes are written
+        (or have waited long enough)."""
+        if self._draining_until is None or self.attempts.running:
+            return False
+        if not self.attempts.outcomes and not self.db.busy("cycle"):
+            return True
+        return self.clock.monotonic() >= self._draining_until + OUTCOME_WAIT_S
+
+    def _drain(self, now: float) -> None:
+        if self._stops and self._draining_until is None:
+            self._draining_until = now + self.settings.grace
+            log.info(
+                "draining: %d running, up to %.1fs",
+                len(self.attempts.running),
+                self.settings.grace,
+            )
+            self.pool.respawn = False
+            self.attempts.ask_to_stop()
+        if (
+            self._draining_until is not None
+            and not self._drain_killed
+            and (self._stops > 1 or now >= self._draining_until)
+        ):
+            self._drain_killed = True
+            self.attempts.hand_back_all()
+
+    def _margin(self) -> float:
+        return lease_margin(self.settings.lease)
+
+    def _timeout(self, now: float) -> float:
+        if self.pool.any_dead():
             return 0.005
-        if self._want_claim and self._draining_until is None and self.pool.idle():
+        claimable = self._draining_until is None and self._free_children()
+        if self._want_claim and claimable and not self.db.busy("cycle"):
             return 0.0
-        due = [timers["renew"], timers["maintain"], now + self.settings.poll]
-        if self._draining_until is None and self.pool.idle():
-            due.append(timers["claim"])
-        for slot in self.pool.busy():
-            due.append(timers["cancel"])
-            if slot.timeout_at is not None:
-                due.append(slot.timeout_at)
-            if slot.kill_at is not None:
-                due.append(slot.kill_at)
-            if slot.job is not None and (slot.job.max_memory or slot.progress is not None):
-                due.append(now + _MEMORY_CHECK_S)
-        if self._draining_until is not None:
-            due.append(self._draining_until)
+        due = [self._timers["renew"], self._timers["maintain"], now + self.settings.poll]
+        if claimable:
+            due.append(self._timers["claim"])
+        if self.attempts.running:
+            due.append(self._timers["cancel"])
+        for extra in (self.attempts.next_due(now), self.pool.next_kill(), self._draining_until):
+            if extra is not None:
+                due.append(extra)
         if self.attempts.outcomes or self.db.down_since is not None:
             due.append(max(self.db.retry_at, now + 0.01))
         return max(0.0, min(due) - now)
 
-    # -- events -------------------------------------------------------------
+    def _free_children(self) -> list[int]:
+        return [i for i in self.pool.available() if i not in self.attempts.running]
+
+    # -- I/O ------------------------------------------------------------------
 
     def _readable(self, key: selectors.SelectorKey) -> None:
         if key.data is None:
@@ -222,109 +265,175 @@ class Supervisor:
                         pass
                 except BlockingIOError:
                     pass
-            else:
-                self.store.wake_drain()
-                self._listen()  # a broken listener reconnects under a new number
-            self._want_claim = True
-            return
-        slot, kind = key.data
-        child = slot.child
-        if child is None:
-            return
-        now = self.clock.monotonic()
-        if kind != "proto":
-            job_id = slot.job.id if slot.job else None
-            if child.relay_output(key.fd, tag=slot.tag, now=now, job_id=job_id):
+            else:  # the store's wake-up socket: drained on the database thread
                 self.selector.unregister(key.fd)
+                self._listen_fd = None
+                self._listen()
             return
-        try:
-            messages = child.read_messages()
-        except errors.ProtocolError as exc:
-            self.pool.kill(slot, "error", f"protocol error: {exc}", hard=True)
-            messages = []
+        index, kind = key.data
+        if kind != "proto":
+            self.pool.relay(index, key.fd, self.attempts.job_of().get(index))
+            return
+        messages, problem = self.pool.read(index)
         for message in messages:
-            self.attempts.message(slot, message)
-        if child.eof:
-            self.selector.unregister(key.fd)
-            slot.dead = True
+            self.attempts.message(index, message)
+        if problem is not None:
+            self.attempts.protocol_error(index, problem)
 
     def _listen(self) -> None:
-        """(Re-)registers the store's wake-up descriptor, which changes when
-        the store reconnects (always to a new number, so comparing suffices)."""
-        try:
-            fd = self.store.wake_fileno()
-        except errors.StoreError:
-            fd = None
-        if fd == self._listen_fd:
+        """Drains and (re-)opens the store's wake-up descriptor on the database
+        thread, then watches it; it changes when the store reconnects."""
+        if self.db.busy("listen"):
             return
-        if self._listen_fd is not None:
+
+        def listen() -> int | None:
+            self.store.wake_drain()
             try:
-                self.selector.unregister(self._listen_fd)
+                return self.store.wake_fileno()
+            except errors.StoreError:
+                return None
+
+        def listening(fd: int | None) -> None:
+            self._want_claim = True
+            if fd is None or self._wake_w < 0:
+                return
+            try:
+                self.selector.register(fd, selectors.EVENT_READ, None)
+                self._listen_fd = fd
             except (KeyError, ValueError):
                 pass
-        self._listen_fd = fd
-        if fd is not None:
-            self.selector.register(fd, selectors.EVENT_READ, None)
 
-    def _renew(self) -> None:
-        renewal = self.db(
-            self.store.job_renew_leases,
-            owner=self.owner,
-            lease_until=self.clock.now() + self.settings.lease,
-        )
-        if renewal is None:
+        self.db.submit("listen", listen, on_done=listening)
+
+    # -- database work (submitted, never waited on) -----------------------------
+
+    def _renew(self, now: float) -> None:
+        if now < self._timers["renew"] or self.db.busy("renew"):
             return
-        self.metrics.renewals.inc()
-        for slot in self.pool.busy():
-            job = slot.job
-            if (
-                job is not None
-                and (job.id, job.attempt) not in renewal.alive
-                and slot.kill_reason is None
-            ):
-                self.pool.kill(slot, "lease", "lease lost", hard=True)
-        self.attempts.drop_lost(renewal.alive)
-        self._cancel_requested(renewal.cancel_requested)
+        self._timers["renew"] = now + self.settings.lease / 3
+        if self._listen_fd is None:
+            self._listen()  # a listener lost in an outage comes back with the database
+        if not self.attempts.running and not self.attempts.outcomes:
+            return
+        lease_until = self.clock.now() + self.settings.lease
 
-    def _cancel_requested(self, ids: set[int] | None) -> None:
-        for slot in self.pool.busy():
-            if ids and slot.job is not None and slot.job.id in ids:
-                self.pool.kill(slot, "cancel", "cancelled")
+        def renewed(renewal: Renewal) -> None:
+            self.metrics.renewals.inc()
+            self.attempts.renewed(alive=renewal.alive, lease_until=lease_until)
+            self.attempts.cancel(renewal.cancel_requested)
 
-    def _claim(self) -> None:
-        idle = self.pool.idle()
-        now = self.clock.now()
-        outcomes = list(self.attempts.outcomes)
-        try:
-            cycle = self.db(
-                self.store.job_record_and_claim,
-                outcomes=outcomes,
+        self.db.submit(
+            "renew",
+            lambda: self.store.job_renew_leases(owner=self.owner, lease_until=lease_until),
+            on_done=renewed,
+        )
+
+    def _poll_cancels(self, now: float) -> None:
+        if not self.attempts.running or now < self._timers["cancel"] or not self.db.ok(now):
+            return
+        if self.db.busy("cancels"):
+            return
+        self._timers["cancel"] = now + min(self.settings.poll, 1.0)
+        self.db.submit(
+            "cancels",
+            lambda: self.store.job_cancel_requested(owner=self.owner),
+            on_done=self.attempts.cancel,
+        )
+
+    def _maintain(self, now: float) -> None:
+        if self.db.busy("maintain") or not self.db.ok(now):
+            return
+        if now >= self._timers["maintain"]:
+            self._timers["maintain"] = now + min(1.0, self.settings.lease / 4)
+            wall = self.clock.now()
+            self.db.submit(
+                "maintain", lambda: self.maintenance.step(wall), on_done=self._maybe_claim
+            )
+        elif self.maintenance.pruning:
+            wall = self.clock.now()
+            self.db.submit("maintain", lambda: self.maintenance.prune_batch(wall), on_done=_ignore)
+
+    def _maybe_claim(self, woke: bool) -> None:
+        if woke:
+            self._want_claim = True
+
+    def _cycle(self, now: float) -> None:
+        """Writes queued outcomes and claims for free children, in one
+        transaction; at most one in flight."""
+        if self.db.busy("cycle") or not self.db.ok(now):
+            return
+        free = self._free_children() if self._draining_until is None else []
+        claim_due = self._want_claim or now >= self._timers["claim"]
+        count = len(free) if claim_due else 0
+        batch = list(self.attempts.outcomes[: 1 if self._solo else None])
+        if not count and not batch:
+            return
+        if count:
+            self._timers["claim"] = now + self.settings.poll
+            self._want_claim = False
+        wall = self.clock.now()
+        lease_until = wall + self.settings.lease
+
+        def answered(cycle: Cycle) -> None:
+            self._recorded(batch, cycle.lost)
+            self._dispatch(cycle, lease_until)
+            if count and len(cycle.claimed) == count:
+                self._want_claim = True  # there may be more
+
+        def refused(exc: errors.StoreError) -> None:
+            if count:
+                self._want_claim = True
+            if not isinstance(exc, errors.StoreRejected):
+                return
+            if len(batch) > 1:
+                self._solo = len(batch)  # find the one the database refuses
+            elif batch:
+                log.warning("job %d: outcome refused by the database: %s", batch[0].id, exc)
+                self.attempts.refused(batch[0], str(exc))
+
+        self.db.submit(
+            "cycle",
+            lambda: self.store.job_record_and_claim(
+                outcomes=batch,
                 owner=self.owner,
                 queues=self.settings.queues,
-                count=len(idle),
-                lease_until=now + self.settings.lease,
-                now=now,
+                count=count,
+                lease_until=lease_until,
+                now=wall,
+            ),
+            on_done=answered,
+            on_error=refused,
+        )
+
+    def _recorded(self, batch: list[Any], lost: list[int]) -> None:
+        del self.attempts.outcomes[: len(batch)]
+        if self._solo:
+            self._solo = max(0, self._solo - len(batch))
+        for id_ in lost:
+            log.warning(
+                "job %d: outcome not recorded, its lease was lost to another supervisor", id_
             )
-        except errors.StoreRejected:  # an outcome the database can't store
-            self.attempts.flush_each()
-            self._want_claim = True
-            return
-        if cycle is None:
-            return
-        self.attempts.recorded(len(outcomes), cycle.lost)
-        jobs = cycle.claimed
-        self._want_claim = len(jobs) == len(idle)
-        self.counts["claimed"] += len(jobs)
-        self.metrics.claim_batch.observe(len(jobs))
-        for slot, job in zip(idle, jobs, strict=False):
-            log.debug("job %d %s attempt %d -> child %d", job.id, job.name, job.attempt, slot.index)
-            self.metrics.claimed.labels(job.queue, job.name).inc()
-            self.metrics.wait_seconds.labels(job.queue).observe(max(0.0, now - job.run_at))
-            if not self.pool.dispatch(slot, job):
-                slot.dead = True
+
+    def _dispatch(self, cycle: Cycle, lease_until: float) -> None:
+        free = self._free_children() if self._draining_until is None else []
+        wall = self.clock.now()
+        for i, job in enumerate(cycle.claimed):
+            self.events.emit(
+                events.Claimed(
+                    job_id=job.id,
+                    name=job.name,
+                    queue=job.queue,
+                    attempt=job.attempt,
+                    waited=max(0.0, wall - job.run_at),
+                )
+            )
+            if i < len(free):
+                self.attempts.start(free[i], job, lease_until=lease_until)
+            else:  # its child died, or a drain began, while the claim was out
+                self.attempts.hand_back_unstarted(job)
 
     def _title(self) -> None:
-        busy = len(self.pool.busy())
+        busy = len(self.attempts.running)
         self.metrics.busy.set(busy)
         if not self.settings.titles or busy == self._busy_title:
             return
@@ -338,19 +447,33 @@ class Supervisor:
         except ImportError:
             pass
 
-    def _close(self) -> None:
-        if self._wake_hook_registered():
-            self.app._wake_hooks.remove(self.wake)
-        for slot in self.pool.busy():
-            self.pool.kill(slot, "drain", "supervisor stopped", hard=True)
+    def close(self) -> None:
+        """Stops every child and the database thread; writes what it can."""
+        if self._unsubscribe_wake is not None:
+            self._unsubscribe_wake()
+            self._unsubscribe_wake = None
+        self.pool.respawn = False
+        self.attempts.hand_back_all()
         self.pool.shutdown(wait=self.settings.kill_grace)
-        self.attempts.flush()
+        self.attempts.abandon_all()
+        stopped = self.db.stop(timeout=5.0)
+        if stopped and self.attempts.outcomes:
+            try:  # the loop is over: a last, bounded, synchronous write
+                self.store.job_record_many(outcomes=self.attempts.outcomes, now=self.clock.now())
+            except errors.StoreError as exc:
+                log.warning(
+                    "%d outcomes not written (%s); their leases will expire",
+                    len(self.attempts.outcomes),
+                    exc,
+                )
         self.selector.close()
         wake_r, wake_w = self._wake_r, self._wake_w
         self._wake_r = self._wake_w = -1
         os.close(wake_r)
         os.close(wake_w)
-        self.store.close()
+        if stopped:  # else a call still hangs inside the store: leave it to the exit
+            self.store.close()
 
-    def _wake_hook_registered(self) -> bool:
-        return self.wake in self.app._wake_hooks
+
+def _ignore(_: object) -> None:
+    pass

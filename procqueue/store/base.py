@@ -53,7 +53,7 @@ class Store(Protocol):
 
     backend: str
 
-    def migrate(self) -> int:
+    def migrate(self, *, now: float = 0.0) -> int:
         """Creates or upgrades the schema; returns its version. Safe to race."""
         ...
 

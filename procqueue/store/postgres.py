@@ -260,7 +260,7 @@ class PostgresStore(base.ClaimVia):
 
     # -- schema -----------------------------------------------------------
 
-    def migrate(self) -> int:
+    def migrate(self, *, now: float = 0.0) -> int:
         """Creates the schema and applies pending migrations under an advisory
         lock, so any number of processes may race; returns the version."""
         with self._tx() as conn:

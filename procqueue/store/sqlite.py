@@ -157,7 +157,7 @@ class SqliteStore(base.ClaimVia):
 
     # -- schema -----------------------------------------------------------
 
-    def migrate(self) -> int:
+    def migrate(self, *, now: float = 0.0) -> int:
         with self._errors(), self._tx() as db:
             db.execute(_Q["schema_table_create"])
             current: int = db.execute(_Q["schema_version_get"]).fetchone()["version"]

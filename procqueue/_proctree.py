@@ -1,0 +1,80 @@
+"""A process and everything it started, read from /proc (Linux).
+
+A job may start subprocesses, and those may leave its process group
+(``setsid``) or outlive their parent. The child process is a subreaper,
+so everything a job leaves behind stays among its descendants; these
+helpers find, measure and signal that whole tree. Elsewhere (no /proc)
+they see the process alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+
+_PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of `pid` (every thread's), empty when it is gone."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found.extend(int(p) for p in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid`, parents before their children."""
+    out: list[int] = []
+    frontier = [pid]
+    seen = {pid}
+    while frontier:
+        below = [p for parent in frontier for p in children(parent) if p not in seen]
+        seen.update(below)
+        out.extend(below)
+        frontier = below
+    return out
+
+
+def rss_mb(pids: list[int]) -> float:
+    """Resident memory of `pids` together, in MB (gone processes count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/statm") as f:
+                total += int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total * _PAGE_MB
+
+
+def signal_tree(pid: int, sig: signal.Signals, *, include_root: bool = True) -> None:
+    """Sends `sig` to `pid`'s process group and to every descendant of `pid`
+    (those that left the group too). Gone processes are fine."""
+    below = descendants(pid)
+    if include_root:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, sig)
+    for p in below:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(p, sig)
+
+
+def become_subreaper() -> None:
+    """Makes orphans among this process's descendants its children rather
+    than init's, so that `descendants` still finds them (Linux; a no-op
+    elsewhere)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
