@@ -306,6 +306,9 @@ class Attempts:
             name = "retried"
         else:
             name = outcome.state.value
+        if a.progress_unwritten and a.progress is not None:
+            text, fraction = a.progress
+            outcome = msgspec.structs.replace(outcome, progress=text, fraction=fraction)
         self.outcomes.append(outcome)
         self.freed = True
         self._finished(a, outcome, name)

@@ -116,6 +116,9 @@ class Outcome(msgspec.Struct, frozen=True):
     error: str | None = None
     run_at: float | None = None
     refund: bool = False
+    progress: str | None = None
+    """The attempt's last progress, when not written yet."""
+    fraction: float | None = None
 
 
 class QueueInfo(msgspec.Struct, frozen=True):

@@ -252,7 +252,9 @@ def test_nesting_500_deep_round_trips(echo_cluster: Cluster) -> None:
     check_round_trip(echo_cluster, value)
 
 
-def test_a_50_mb_string_round_trips(echo_cluster: Cluster) -> None:
+def test_a_50_mb_argument_reaches_the_job_and_a_50_mb_result_fails_clearly(
+    echo_cluster: Cluster,
+) -> None:
     value = "ü" + "x" * (50 * 1024 * 1024 - 2) + "€"
     echo_cluster.ensure()
     job_id = echo_cluster.app.enqueue(H + "echo", {"value": value})
@@ -265,9 +267,16 @@ def test_a_50_mb_string_round_trips(echo_cluster: Cluster) -> None:
         what="the 50 MB echo",
     )
     info = echo_cluster.app.get(job_id)
-    assert info.state == JobState.DONE, info.error
-    assert info.result == value and info.args["value"] == value
+    # the child refuses a result past the reply cap itself: the supervisor never buffers it
+    assert info.state == JobState.FAILED
+    assert f"the limit is {protocol.MAX_REPLY - 4096}" in (info.error or "")
+    assert info.args["value"] == value
     assert echo_cluster.alive()
+
+
+def test_a_7_mb_result_round_trips(echo_cluster: Cluster) -> None:
+    value = "ü" + "x" * (7 * 1024 * 1024) + "€"
+    check_round_trip(echo_cluster, value)
 
 
 def test_arguments_past_64_mb_are_refused_at_enqueue(echo_cluster: Cluster) -> None:

@@ -149,7 +149,8 @@ def test_leases_are_renewed_every_third_of_a_lease(
         assert first == pytest.approx(clock.now() + 30.0, abs=0.5)
         for _ in range(5):  # 50 s of fake time: the lease never lapses
             clock.advance(10.0)
-            until(sup, "a renewal", lambda: sup.attempts.running[1].lease_until > first)
+            before = first
+            until(sup, "a renewal", lambda b=before: sup.attempts.running[1].lease_until > b)
             first = sup.attempts.running[1].lease_until
         assert not [e for e in seen if isinstance(e, events.Killed)]
         assert app.get(job_id).state == JobState.RUNNING

@@ -80,6 +80,8 @@ def _record_params(o: models.Outcome, now: float) -> dict[str, Any]:
         "error": None if o.error is None else models.cap_error(o.error),
         "run_at": o.run_at,
         "refund": 1 if o.refund else 0,
+        "progress": o.progress,
+        "fraction": o.fraction,
         "now": now,
     }
 

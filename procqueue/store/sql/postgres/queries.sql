@@ -88,12 +88,21 @@ SELECT id FROM jobs WHERE state = 'running' AND owner = %(owner)s AND cancel_req
 
 -- job_record --
 -- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
+-- A cancel requested while it ran wins over a retry or a hand-back: the job
+-- ends cancelled instead of running again. The last progress is kept.
 UPDATE jobs
-SET state = %(state)s::text, result = %(result)s::json, error = %(error)s::text,
+SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
+                 ELSE %(state)s::text END,
+    result = %(result)s::json,
+    error = CASE WHEN cancel_requested AND %(state)s::text = 'pending'
+                 THEN 'cancelled while running' ELSE %(error)s::text END,
     run_at = coalesce(%(run_at)s::float8, run_at),
     finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
+                         OR (cancel_requested AND %(state)s::text = 'pending')
                        THEN %(now)s::float8 END,
     attempts = attempts - %(refund)s::integer,
+    progress = coalesce(%(progress)s::text, progress),
+    fraction = coalesce(%(fraction)s::float8, fraction),
     owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
 

@@ -84,11 +84,19 @@ SELECT id FROM jobs WHERE state = 'running' AND owner = :owner AND cancel_reques
 
 -- job_record --
 -- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
+-- A cancel requested while it ran wins over a retry or a hand-back: the job
+-- ends cancelled instead of running again. The last progress is kept.
 UPDATE jobs
-SET state = :state, result = :result, error = :error,
+SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled'
+                 ELSE :state END,
+    result = :result,
+    error = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled while running'
+                 ELSE :error END,
     run_at = coalesce(:run_at, run_at),
-    finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled') THEN :now END,
+    finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled')
+                         OR (cancel_requested = 1 AND :state = 'pending') THEN :now END,
     attempts = attempts - :refund,
+    progress = coalesce(:progress, progress), fraction = coalesce(:fraction, fraction),
     owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE id = :id AND attempts = :attempt AND state = 'running'
 
