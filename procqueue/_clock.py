@@ -21,6 +21,10 @@ class Clock(Protocol):
         """Seconds for measuring intervals inside one process."""
         ...
 
+    def sleep(self, seconds: float) -> None:
+        """Blocks for `seconds` of `monotonic()` time."""
+        ...
+
 
 class SystemClock:
     """The real clock."""
@@ -30,6 +34,9 @@ class SystemClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 class ManualClock:
@@ -75,6 +82,10 @@ class ManualClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        """Really sleeps: the monotonic clock is real (see the class docstring)."""
+        time.sleep(seconds)
 
 
 def from_env() -> Clock:
