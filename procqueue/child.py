@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from procqueue import errors, protocol, runner
+from procqueue.app import load_app
 
 _PR_SET_PDEATHSIG = 1
 
@@ -71,8 +72,6 @@ class PipeChannel:
 
 def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     """The child's life: hello, then jobs until Shutdown or EOF. Returns the exit code."""
-    from procqueue.app import load_app
-
     _set_title(f"procqueue child {index} starting")
     try:
         app = load_app(spec)

@@ -98,10 +98,11 @@ class Maintenance:
             for tick in ticks:
                 at = dt.datetime.fromtimestamp(tick, tz=dt.UTC)
                 jobs.append(
-                    self.app.prepare(
+                    self.app.registry.prepare(
                         schedule.job,
                         schedule.args,
                         {**options, "key": cron.tick_key(schedule, tick), "run_at": at},
+                        now=now,
                     )
                 )
         if jobs and self.db(self.store.job_insert_many, jobs=jobs, now=now) is None:
