@@ -124,6 +124,9 @@ class App:
 
         Creating it imports the store code but opens no connection.
         """
+        client = self._client  # set once, never reset: no lock once it exists
+        if client is not None:
+            return client
         with self._client_lock:
             if self._client is None:
                 from procqueue.client import Client  # here: children never import the store
