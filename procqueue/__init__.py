@@ -1,16 +1,18 @@
 """procqueue: a durable background-job queue whose jobs run process-isolated.
 
-Importing procqueue opens no database connection (children import it).
+Importing procqueue imports no database code and opens no connection:
+children import it (tests/test_imports.py checks both).
 """
 
 from __future__ import annotations
 
-from procqueue.app import App, Job, load_app
+from procqueue.app import App, load_app
 from procqueue.context import Context
 from procqueue.errors import (
     ConfigError,
     EnqueueError,
     InvalidState,
+    JobFailure,
     JobNotFound,
     Permanent,
     ProcqueueError,
@@ -18,8 +20,10 @@ from procqueue.errors import (
     Retry,
     SchemaTooNew,
     StoreError,
+    StoreRejected,
 )
 from procqueue.models import Backoff, JobInfo, JobState
+from procqueue.registry import Job
 
 __all__ = [
     "App",
@@ -29,6 +33,7 @@ __all__ = [
     "EnqueueError",
     "InvalidState",
     "Job",
+    "JobFailure",
     "JobInfo",
     "JobNotFound",
     "JobState",
@@ -38,5 +43,6 @@ __all__ = [
     "Retry",
     "SchemaTooNew",
     "StoreError",
+    "StoreRejected",
     "load_app",
 ]

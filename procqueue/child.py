@@ -27,6 +27,7 @@ from typing import Any
 import msgspec
 
 from procqueue import _proctree, errors, protocol, runner
+from procqueue.app import load_app
 
 PROGRESS_EVERY_S = 0.25
 """At most one progress frame per job per this many seconds; the last value
@@ -206,8 +207,6 @@ def _reap_leftovers() -> None:
 
 def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     """The child's life: hello, then jobs until Shutdown or EOF. Returns the exit code."""
-    from procqueue.app import load_app
-
     _set_title(f"procqueue child {index} starting")
     _raise_oom_score()
     _proctree.become_subreaper()

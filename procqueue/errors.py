@@ -58,11 +58,13 @@ class ProtocolError(ProcqueueError):
     """A malformed frame on the supervisor/child pipe."""
 
 
-class JobFailure(Exception):
+class JobFailure(ProcqueueError):
     """Base of the exceptions job code raises to steer its retry policy."""
 
     def __init__(self, message: str = "") -> None:
-        super().__init__(message)
+        # Not ProcqueueError's docstring default: what job code says is
+        # recorded verbatim ("Retry: " alone for a bare `raise Retry()`).
+        Exception.__init__(self, message)
         self.message = message
 
 

@@ -88,10 +88,11 @@ class Maintenance:
             for tick in ticks:
                 at = dt.datetime.fromtimestamp(tick, tz=dt.UTC)
                 jobs.append(
-                    self.app.prepare(
+                    self.app.registry.prepare(
                         schedule.job,
                         schedule.args,
                         {**options, "key": cron.tick_key(schedule, tick), "run_at": at},
+                        now=now,
                     )
                 )
         if jobs:  # a failure propagates before `advanced` is kept: the next pass retries

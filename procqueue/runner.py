@@ -1,6 +1,6 @@
 """Running one attempt of a job in the current process: argument
 conversion, the call, result encoding, and turning what was raised into
-a protocol message. Used by the child and by `App.run_inline`."""
+a protocol message. Used by the child and by `Registry.run_inline`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from procqueue import errors, jobdef, protocol
 from procqueue.context import Channel, Context
 
 if TYPE_CHECKING:
-    from procqueue.app import Job
+    from procqueue.registry import Job
 
 _TRACEBACK_FRAMES = 5
 

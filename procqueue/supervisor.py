@@ -108,7 +108,7 @@ class Supervisor:
         self._listen_fd: int | None = None
         self._busy_title = -1
         self._timers: dict[str, float] = {}
-        self._unsubscribe_wake: Any = None
+        self._subscribed = False
 
     # -- control from other threads / signal handlers --------------------
 
@@ -156,7 +156,8 @@ class Supervisor:
         for queue, limit in self.settings.limits.items():
             self.store.queue_set_limit(queue=queue, limit=limit)
         self.selector.register(self._wake_r, selectors.EVENT_READ, None)
-        self._unsubscribe_wake = self.app.on_enqueue(self.wake)
+        self.app.on_enqueue(self.wake)
+        self._subscribed = True
         self.db.start()
         self._listen()
         self.pool.start()
@@ -449,9 +450,9 @@ class Supervisor:
 
     def close(self) -> None:
         """Stops every child and the database thread; writes what it can."""
-        if self._unsubscribe_wake is not None:
-            self._unsubscribe_wake()
-            self._unsubscribe_wake = None
+        if self._subscribed:
+            self.app.off_enqueue(self.wake)
+            self._subscribed = False
         self.pool.respawn = False
         self.attempts.hand_back_all()
         self.pool.shutdown(wait=self.settings.kill_grace)

@@ -157,3 +157,64 @@ def test_job_options_are_validated_at_registration() -> None:
         scratch.job(timeout=-1)(lambda: None)
     job = scratch.job(backoff=Backoff(base=2), name="custom")(lambda: None)
     assert job.name == "custom" and job.options.backoff.base == 2
+
+
+class SteppedClock:
+    """Real wall time; monotonic time that moves only when `sleep` is called."""
+
+    def __init__(self) -> None:
+        self.wall = ManualClock()
+        self.elapsed = 0.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.wall.now()
+
+    def monotonic(self) -> float:
+        return self.elapsed
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.elapsed += seconds
+
+
+def test_wait_measures_and_sleeps_on_the_apps_clock(dsn: str) -> None:
+    clock = SteppedClock()
+    app = basic.app.using(dsn, clock=clock)
+    try:
+        job_id = app.enqueue(JOB + "add", {"a": 1, "b": 2})
+        with pytest.raises(TimeoutError, match="still pending after 30"):
+            app.wait(job_id, timeout=30)
+        assert sum(clock.sleeps) == pytest.approx(30)  # never past the timeout
+        assert max(clock.sleeps) <= 0.1  # backs off to a short poll
+        app.cancel(job_id)
+        assert app.wait(job_id, timeout=0).state == JobState.CANCELLED
+    finally:
+        app.close()
+
+
+def test_enqueue_hooks_are_called_until_unsubscribed(app: App) -> None:
+    calls: list[str] = []
+
+    def hook() -> None:
+        calls.append("woke")
+
+    app.off_enqueue(hook)  # not subscribed: nothing happens
+    app.on_enqueue(hook)
+    job_id = app.enqueue(JOB + "add", {"a": 1, "b": 2})
+    app.enqueue_many([(JOB + "add", {"a": 1, "b": 1}, None)])
+    app.cancel(job_id)
+    app.retry(job_id)
+    assert calls == ["woke"] * 3  # enqueue, enqueue_many, retry; not cancel
+    app.off_enqueue(hook)
+    app.off_enqueue(hook)
+    app.enqueue(JOB + "add", {"a": 1, "b": 2})
+    assert calls == ["woke"] * 3
+
+
+def test_the_registry_is_shared_by_using_and_needs_no_database() -> None:
+    other = basic.app.using("sqlite:////nonexistent/dir/never.db")
+    assert other.registry is basic.app.registry and other.schedules is basic.app.schedules
+    assert other.registry[JOB + "add"] is basic.add and JOB + "nope" not in other.registry
+    prepared = other.registry.prepare(JOB + "add", {"a": 1, "b": 2}, {"delay": 5}, now=100.0)
+    assert (prepared.name, prepared.args, prepared.run_at) == (JOB + "add", b'{"a":1,"b":2}', 105.0)

@@ -1,0 +1,253 @@
+"""The job registry: registered job functions and cron schedules by name,
+and everything checked about an enqueue before anything is written.
+
+This is the part of an `App` a child process needs. It never imports
+`procqueue.store` (tests/test_imports.py checks it), so a child that imports
+its job module loads no database code.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+
+from procqueue import cron, errors, models, runner
+from procqueue.context import Context
+from procqueue.jobdef import JobOptions, bind_args, parse_options
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class Enqueuer(Protocol):
+    """Where a `Job` enqueues itself: the `App` that registered it."""
+
+    def enqueue(
+        self,
+        name: str,
+        args: dict[str, Any] | None = None,
+        /,
+        *,
+        connection: object | None = None,
+        **options: Any,
+    ) -> int: ...
+
+
+class Job(Generic[P, R]):
+    """A registered job function. Calling it calls the function directly.
+
+    Attributes:
+        app: what `enqueue` goes through (the App that registered the job).
+        name: the job's name, ``module.qualname`` unless given.
+        options: the job's defaults, overridable per enqueue.
+    """
+
+    def __init__(self, app: Enqueuer, fn: Callable[P, R], name: str, options: JobOptions) -> None:
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.options = options
+        self.signature = inspect.signature(fn)
+        params = list(self.signature.parameters.values())
+        self.takes_context = bool(params) and _is_context(fn, params[0])
+        self.arg_signature = self.signature.replace(
+            parameters=params[1:] if self.takes_context else params
+        )
+
+    @functools.cached_property
+    def arg_types(self) -> dict[str, Any]:
+        """Resolved annotations of the arguments (empty when they can't be resolved)."""
+        try:
+            hints = typing.get_type_hints(self.fn)
+        except Exception:
+            return {}
+        return {n: hints[n] for n in self.arg_signature.parameters if n in hints}
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self.fn(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<Job {self.name}>"
+
+    def enqueue(self, **args: Any) -> int:
+        """Enqueues one run with these keyword arguments; returns the job id."""
+        return self.app.enqueue(self.name, args)
+
+    def configure(self, **options: Any) -> Configured:
+        """Per-call options (`delay`, `key`, `serial_key`, `run_at`, `queue`, ...).
+
+        Raises EnqueueError here for an unknown option.
+        """
+        parse_options(options, JobOptions(), now=0.0)
+        return Configured(self, options)
+
+
+class Configured:
+    """A job with per-call options, ready to enqueue."""
+
+    def __init__(self, job: Job[Any, Any], options: dict[str, Any]) -> None:
+        self._job = job
+        self._options = options
+
+    def enqueue(self, **args: Any) -> int:
+        """Enqueues one run with these arguments and the configured options."""
+        return self._job.app.enqueue(self._job.name, args, **self._options)
+
+
+def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
+    annotation = param.annotation
+    if annotation is Context:
+        return True
+    if isinstance(annotation, str):
+        try:
+            return inspect.get_annotations(fn, eval_str=True).get(param.name) is Context
+        except Exception:
+            return annotation.rsplit(".", 1)[-1] == "Context"
+    return False
+
+
+class Registry(Mapping[str, Job[Any, Any]]):
+    """The jobs (a read-only mapping of name to `Job`) and cron schedules
+    of one App. Registering, validating and encoding need no database.
+
+    Args:
+        owner: what the registered jobs' `enqueue` goes through.
+    """
+
+    def __init__(self, owner: Enqueuer) -> None:
+        self._owner = owner
+        self._jobs: dict[str, Job[Any, Any]] = {}
+        self.schedules: list[cron.Schedule] = []
+
+    def __getitem__(self, name: str) -> Job[Any, Any]:
+        return self._jobs[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._jobs)
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __repr__(self) -> str:
+        return f"<Registry of {len(self._jobs)} jobs>"
+
+    def register(self, fn: Callable[P, R], options: dict[str, Any]) -> Job[P, R]:
+        """Registers `fn` with `options` (``name`` among them, optionally).
+
+        Raises ConfigError for a bad option or a name registered twice.
+        """
+        options = dict(options)
+        name = options.pop("name", None) or f"{fn.__module__}.{fn.__qualname__}"
+        if options.get("on_failure") is not None:
+            options["on_failure"] = self.handler_name(options["on_failure"])
+        parsed = parse_options(options, JobOptions(), now=0.0, registering=True)
+        if name in self._jobs:
+            raise errors.ConfigError(f"job {name!r} is registered twice")
+        job = Job(self._owner, fn, name, parsed.options)
+        self._jobs[name] = job
+        return job
+
+    def register_cron(
+        self,
+        fn: Callable[P, R],
+        *,
+        expr: str,
+        timezone: str,
+        args: dict[str, Any],
+        options: dict[str, Any],
+    ) -> Job[P, R]:
+        """Registers `fn` and a schedule enqueuing it with `args` on every
+        tick of `expr` (validated by the caller with `cron.validate`).
+
+        Raises ConfigError if `args` don't fit the function.
+        """
+        job = self.register(fn, options)
+        try:
+            bind_args(job.name, job.arg_signature, args)
+        except errors.EnqueueError as exc:
+            raise errors.ConfigError(f"cron {expr!r}: {exc}") from None
+        self.schedules.append(
+            cron.Schedule(
+                job=job.name,
+                expr=expr,
+                timezone=timezone,
+                args=args,
+                queue=options.get("queue"),
+            )
+        )
+        return job
+
+    def handler_name(self, handler: Any) -> str:
+        """The job name of an on_failure handler, registering a plain function."""
+        if isinstance(handler, Job):
+            return handler.name
+        if isinstance(handler, str):
+            self.lookup(handler)
+            return handler
+        if callable(handler):
+            name = f"{handler.__module__}.{handler.__qualname__}"
+            if name not in self._jobs:
+                self.register(handler, {})
+            return name
+        raise errors.ConfigError(f"on_failure must be a job or a function, got {handler!r}")
+
+    def lookup(self, name: str) -> Job[Any, Any]:
+        """The registered job `name`; EnqueueError naming it if unknown."""
+        job = self._jobs.get(name)
+        if job is None:
+            raise errors.EnqueueError(f"unknown job {name!r}")
+        return job
+
+    def prepare(
+        self, name: str, args: dict[str, Any] | None, options: dict[str, Any], *, now: float
+    ) -> models.NewJob:
+        """One enqueue validated and encoded, times resolved against `now`.
+
+        Raises EnqueueError saying what is wrong; writes nothing.
+        """
+        job = self.lookup(name)
+        if options.get("on_failure") is not None:
+            options = {**options, "on_failure": self.handler_name(options["on_failure"])}
+        parsed = parse_options(options, job.options, now=now)
+        encoded = bind_args(name, job.arg_signature, args or {})
+        o = parsed.options
+        return models.NewJob(
+            name=name,
+            args=encoded,
+            queue=o.queue,
+            priority=o.priority,
+            max_attempts=o.max_attempts,
+            timeout=o.timeout,
+            max_memory=o.max_memory,
+            backoff=o.backoff,
+            run_at=parsed.run_at,
+            deadline_at=parsed.deadline_at,
+            key=parsed.key,
+            serial_key=parsed.serial_key,
+            tags=list(o.tags),
+            on_failure=o.on_failure,
+        )
+
+    def failure_handler_job(
+        self, info: models.JobInfo, handler: str, *, now: float
+    ) -> models.NewJob:
+        """The job that runs `handler` once for `info`, a job that gave up.
+
+        Its key names the give-up, so sweeping it twice enqueues it once.
+        """
+        job = self.lookup(handler)
+        params = list(job.arg_signature.parameters)
+        key = f"on_failure:{info.id}:{info.finished_at.isoformat() if info.finished_at else ''}"
+        return self.prepare(handler, {params[0]: info} if params else {}, {"key": key}, now=now)
+
+    def run_inline(self, job: Job[Any, Any] | str, args: dict[str, Any]) -> Any:
+        """Runs one attempt of `job` in this process with `args`, as a child
+        would after the same checks as an enqueue; returns the result as
+        decoded from its JSON encoding. The job's exception propagates.
+        """
+        target = self.lookup(job if isinstance(job, str) else job.name)
+        encoded = bind_args(target.name, target.arg_signature, args)
+        return runner.run_inline(target, encoded)
