@@ -69,6 +69,7 @@ SUPERVISE_FLAGS = (
     "kill_grace",
     "max_jobs_per_child",
     "max_memory_per_child",
+    "max_memory_per_job",
     "retention_days",
     "cron",
     "log_format",

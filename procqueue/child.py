@@ -103,6 +103,8 @@ class Inbox:
         self._rfd = rfd
         self._fence = fence
         self._current: int | None = None
+        self.error: errors.ProtocolError | None = None
+        """Why the pipe stopped being readable, if it was not a clean end."""
         self.frames: queue.SimpleQueue[protocol.Message | None] = queue.SimpleQueue()
         threading.Thread(target=self._read, name="procqueue-inbox", daemon=True).start()
 
@@ -120,11 +122,13 @@ class Inbox:
                         self._fence.arm(message.left)
                     continue
                 self.frames.put(message)
-        except (OSError, errors.ProtocolError) as exc:
-            with contextlib.suppress(OSError):
-                os.write(2, f"procqueue child: {exc}\n".encode())
+        except errors.ProtocolError as exc:
+            self.error = exc
+        except OSError:
+            pass  # the pipe is gone: as its end
         if self._current is not None:
-            _end_tree_and_exit("its supervisor is gone")
+            why = "its supervisor is gone" if self.error is None else f"a bad frame ({self.error})"
+            _end_tree_and_exit(why)
         self.frames.put(None)
 
 
@@ -235,6 +239,8 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     _set_title(f"procqueue child {index} idle")
     while True:
         message = inbox.frames.get()
+        if message is None and inbox.error is not None:
+            raise inbox.error
         if message is None or isinstance(message, protocol.Shutdown):
             return 0
         if isinstance(message, protocol.StepSaved):

@@ -181,6 +181,7 @@ def _supervise_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-jobs-per-child", type=_format.positive_int, metavar="N")
     p.add_argument("--max-memory-per-child", type=_format.positive_float, metavar="MB")
+    p.add_argument("--max-memory-per-job", type=_format.positive_float, metavar="MB")
     p.add_argument(
         "--cron",
         action=argparse.BooleanOptionalAction,

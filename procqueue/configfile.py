@@ -52,6 +52,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     retention_days: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
     max_jobs_per_child: _Positive | None = None
     max_memory_per_child: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    max_memory_per_job: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
     cron: bool | None = None
     log_format: Literal["text", "json"] | None = None
     log_level: Literal["debug", "info", "warning", "error"] | None = None

@@ -163,6 +163,7 @@ class Pool:
                 out.append(message)
             elif child.ready:  # only a child's first frame may be Hello: job code wrote this
                 problem = problem or "protocol error: a second Hello"
+                break  # what follows it is not to be trusted either
             elif message.error is not None:
                 raise errors.ConfigError(message.error)
             elif message.version != protocol.PROTOCOL_VERSION:

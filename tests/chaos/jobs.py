@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from procqueue import App, Context
+from procqueue import App, Context, Permanent
 
 app = App()
 
@@ -96,8 +96,9 @@ def oversleep(cx: Context, seconds: float, cooperative: bool) -> None:
     give_up = time.monotonic() + seconds
     while not cx.cancelled and time.monotonic() < give_up:
         time.sleep(0.01)
-    if not cx.cancelled:
-        record(cx, "end")
+    if cx.cancelled:  # a cooperative job says it stopped: not done
+        raise Permanent("stopped on request")
+    record(cx, "end")
 
 
 @app.job(max_attempts=2, backoff=BACKOFF)
