@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from procqueue import App, JobState
+from procqueue import App, JobState, models
 from procqueue.testing import supervising, wait_until
 from tests.helpers import pid_alive, read_pid
 from tests.jobs import faults
@@ -223,3 +223,35 @@ def test_a_frozen_supervisor_never_lets_a_job_run_twice_at_once(dsn: str, tmp_pa
             beats.setdefault(int(attempt), []).append(float(at))
     assert info.state == JobState.DONE and info.result == 2
     assert max(beats[1]) < min(beats[2])  # attempt 1 had ended before attempt 2 began
+
+
+# -- cancels survive; unknown names are retried -----------------------------------
+
+
+def test_a_cancel_survives_a_retryable_failure_of_its_attempt(app: App, tmp_path: Path) -> None:
+    gate = tmp_path / "gate"
+    # poll 5 s and lease 30 s: the supervisor's next cancel check is seconds away
+    with supervising(app, FSPEC, workers=1, poll=5.0, lease=30.0):
+        job_id = app.enqueue(FJOB + "fail_after_gate", {"gate": str(gate)})
+        wait_until(lambda: Path(f"{gate}.running").exists(), what="the job to run")
+        assert app.cancel(job_id) == JobState.RUNNING
+        gate.write_text("go")  # the attempt fails before its supervisor sees the cancel
+        info = app.wait(job_id, timeout=20)
+    assert info.state == JobState.CANCELLED and info.attempts == 1
+
+
+def test_a_job_name_this_build_does_not_know_is_retried(app: App) -> None:
+    now = app.clock.now()
+    backoff = models.Backoff(base=0.01, jitter=False)
+    [job_id] = app.store.job_insert_many(
+        jobs=[
+            models.NewJob(
+                name=FJOB + "from_a_newer_build", args=b"{}", max_attempts=2, backoff=backoff
+            )
+        ],
+        now=now,
+    )
+    with supervising(app, FSPEC, workers=1):
+        info = app.wait(job_id, timeout=20)
+    assert info.state == JobState.FAILED and info.attempts == 2
+    assert "unknown job" in (info.error or "")

@@ -67,3 +67,12 @@ def final_progress(cx: Context, n: int) -> int:
         cx.progress(f"step {i}", i / n)
     cx.progress("final", 1.0)
     return n
+
+
+@app.job(max_attempts=3)
+def fail_after_gate(cx: Context, gate: str) -> None:
+    """Fails (retryably) as soon as `gate` exists."""
+    Path(gate + ".running").write_text(str(cx.attempt))
+    while not Path(gate).exists():
+        time.sleep(0.01)
+    raise RuntimeError("failing after the gate")
