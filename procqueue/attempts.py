@@ -1,53 +1,70 @@
 """Every attempt a supervisor runs, from hand-over to outcome.
 
-This module is the one owner of what is known about a running attempt (an
+This module is the one owner of what is known about an attempt (an
 `Attempt`): its job, child, deadlines, lease, progress and why it is being
-killed. Child frames and deaths become outcomes here, fenced by the attempt
-number and queued in order until the database takes them; timeouts and
-memory ceilings are enforced here whatever the database does.
+ended. Child frames and deaths become outcomes here, fenced by the attempt
+number and queued in order until the database takes them; timeouts, memory
+ceilings and leases are enforced here whatever the database does.
+
+Each child holds a small window of attempts: the one it runs and, behind
+it, jobs already claimed and waiting in its pipe, so that it starts the
+next job the moment one ends. The window is sized from recent job
+durations (`Attempts.depth`): a few milliseconds of work for tiny jobs, one
+job ahead for longer ones.
 """
 
 from __future__ import annotations
 
-import functools
+import collections
 import math
 import random
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import msgspec
 
-from procqueue import _clock, config, errors, events, models, protocol, retry
-from procqueue._faults import Faults
-from procqueue.dbcalls import DbCalls
+from procqueue import _clock, config, events, models, protocol, retry
 from procqueue.pool import Death, Pool
-from procqueue.store.base import Store
 
-PID_AFTER_S = 1.0
-"""The child's pid is written for jobs that report progress or run this long."""
-MEMORY_CHECK_MAX_S = 0.25
-"""Longest interval between two samples of a job's memory."""
 PROGRESS_TEXT_MAX = 1000
 """Progress text is cut to this many characters."""
+MEMORY_CHECK_MAX_S = 0.25
+"""Longest interval between two samples of a job's memory."""
+AHEAD_S = 0.01
+"""Work a child's window holds beyond the job it runs, in seconds of recent job time."""
+AHEAD_MAX = 16
+"""Most jobs waiting in one child's pipe."""
+LONG_JOB_S = 1.0
+"""Jobs that take this long on average get no job waiting behind them: a
+claimed job must not wait long in one child while another supervisor idles."""
+
+
+def lease_margin(lease: float) -> float:
+    """Seconds before its lease runs out that a job is ended by its own child
+    (and by the supervisor) when the lease could not be renewed. Other
+    supervisors judge expiry by their own clocks, so the margin must exceed
+    the clock skew between machines (NTP keeps it to milliseconds)."""
+    return max(0.5, min(5.0, lease * 0.2))
 
 
 @dataclass
 class Attempt:
-    """One attempt running in one child, as the supervisor knows it."""
+    """One attempt held by one child, as the supervisor knows it."""
 
     job: models.ClaimedJob
     child: int
     pid: int
-    started: float
-    """Monotonic time it was handed over."""
-    deadline: float | None
-    """Monotonic time its timeout ends it."""
     lease_until: float
     """Wall time its database lease lasts to (as last renewed)."""
     max_memory: float | None
     """MB for the job's whole process tree (the job's own, else the supervisor's default)."""
+    started: float | None = None
+    """Monotonic time it started in its child (None while it waits in the pipe)."""
+    deadline: float | None = None
+    """Monotonic time its timeout ends it."""
     kill: tuple[str, str] | None = None
     """(kind, words) once the supervisor started to end it; decides the outcome."""
+    revoked: str | None = None
+    """Why it was taken back before it started (cancel, drain): the child skips it."""
     drain_asked: bool = False
     progress: tuple[str | None, float | None] | None = None
     progress_unwritten: bool = False
@@ -57,77 +74,101 @@ class Attempt:
 
 
 class Attempts:
-    """The attempts running in one supervisor's pool, and their unwritten outcomes."""
+    """The attempts one supervisor's children hold, and their unwritten outcomes."""
 
     def __init__(
         self,
         *,
         pool: Pool,
-        store: Store,
-        db: DbCalls,
         clock: _clock.Clock,
         settings: config.Settings,
         events: events.EventStream,
-        faults: Faults | None,
         rng: random.Random,
     ) -> None:
         self.pool = pool
-        self.store = store
-        self.db = db
         self.clock = clock
         self.settings = settings
         self.events = events
-        self.faults = faults
         self.rng = rng
         self.running: dict[int, Attempt] = {}
-        """Child index -> its attempt."""
+        """Child index -> the attempt it runs."""
+        self.waiting: dict[int, collections.deque[Attempt]] = collections.defaultdict(
+            collections.deque
+        )
+        """Child index -> attempts in its pipe, in the order it will run them."""
         self.outcomes: list[models.Outcome] = []
         """Decided, in order, not yet written."""
         self.freed = False
-        """Set when a child may have become free: the supervisor claims again."""
+        """Set when a window may have room: the supervisor claims again."""
+        self.mean_s = 0.05
+        """Recent job run time (moving average), which sizes the windows."""
+
+    # -- windows --------------------------------------------------------------
+
+    def depth(self) -> int:
+        """How many attempts a child may hold, the running one included."""
+        if self.mean_s >= LONG_JOB_S:
+            return 1
+        return 2 + min(AHEAD_MAX - 1, int(AHEAD_S / max(self.mean_s, 1e-5)))
+
+    def held(self, index: int) -> int:
+        return (index in self.running) + len(self.waiting.get(index, ()))
+
+    def all(self) -> list[Attempt]:
+        """Every attempt held, running ones first."""
+        return [*self.running.values(), *(a for q in self.waiting.values() for a in q)]
 
     def job_of(self) -> dict[int, int]:
+        """Child index -> id of the job it runs."""
         return {index: a.job.id for index, a in self.running.items()}
 
-    # -- hand-over ------------------------------------------------------------
-
     def start(self, index: int, job: models.ClaimedJob, *, lease_until: float) -> None:
-        """Hands `job` to the child in slot `index`."""
-        now = self.clock.monotonic()
+        """Hands `job` to the child in slot `index`: it runs at once if the
+        child is idle, else it waits in the child's pipe."""
         memory = job.max_memory if job.max_memory is not None else self.settings.max_memory_per_job
-        attempt = Attempt(
+        a = Attempt(
             job=job,
             child=index,
             pid=self.pool.pid(index),
-            started=now,
-            deadline=None if job.timeout is None else now + job.timeout,
             lease_until=lease_until,
             max_memory=memory,
         )
-        self.running[index] = attempt
         message = protocol.Run(
             job_id=job.id,
             attempt=job.attempt,
             name=job.name,
             args=job.args,
             steps={name: bytes(raw) for name, raw in job.steps.items()},
-            lease=self._lease_left(lease_until),
+            lease=self.lease_left(lease_until),
         )
+        if index in self.running:
+            self.waiting[index].append(a)
+        else:
+            self._run(a)
+        if not self.pool.send(index, message):
+            self.pool.kill(index, grace=0)  # gone: its death hands the window back
+
+    def _run(self, a: Attempt) -> None:
+        now = self.clock.monotonic()
+        a.started = now
+        a.deadline = None if a.job.timeout is None else now + a.job.timeout
+        self.running[a.child] = a
+        job = a.job
         self.events.emit(
             events.Started(
                 job_id=job.id,
                 name=job.name,
                 queue=job.queue,
                 attempt=job.attempt,
-                child=index,
-                pid=attempt.pid,
+                child=a.child,
+                pid=a.pid,
             )
         )
-        if not self.pool.send(index, message):
-            self.kill(attempt, "error", "the child was gone before the job reached it")
 
-    def _lease_left(self, lease_until: float) -> float:
-        return max(0.0, lease_until - self.clock.now())
+    def lease_left(self, lease_until: float) -> float:
+        """Seconds a child may run a job whose lease lasts to `lease_until`:
+        the lease less its margin."""
+        return max(0.0, lease_until - self.clock.now() - lease_margin(self.settings.lease))
 
     # -- what children say ----------------------------------------------------
 
@@ -137,32 +178,29 @@ class Attempts:
         if a is None or a.kill is not None or getattr(message, "job_id", None) != a.job.id:
             return  # no attempt, or its outcome is already decided
         if isinstance(message, protocol.Progress):
-            text, fraction = a.progress or (None, None)
-            if message.text is not None:
-                text = message.text[:PROGRESS_TEXT_MAX].replace("\x00", "\\x00")
-            if message.fraction is not None and 0.0 <= message.fraction <= 1.0:
-                fraction = message.fraction
-            a.progress = (text, fraction)
-            a.progress_unwritten = True
-            self.events.emit(
-                events.Progress(job_id=a.job.id, child=index, text=text, fraction=fraction)
-            )
-        elif isinstance(message, protocol.Step):
-            self._save_step(a, message)
-        elif isinstance(message, (protocol.Done, protocol.Failed)):
-            if message.progress is not None or message.fraction is not None:
-                self.message(
-                    index,
-                    protocol.Progress(
-                        job_id=a.job.id, text=message.progress, fraction=message.fraction
-                    ),
-                )
-            if isinstance(message, protocol.Done):
-                self._done(a, message)
-            else:
-                self._failed(a, message)
-        else:
+            self._progress(a, message.text, message.fraction)
+        elif isinstance(message, protocol.Done):
+            self._progress(a, message.progress, message.fraction)
+            self._done(a, message)
+        elif isinstance(message, protocol.Failed):
+            self._progress(a, message.progress, message.fraction)
+            self._failed(a, message)
+        elif not isinstance(message, protocol.Step):  # steps: see AttemptWrites
             self.kill(a, "error", f"protocol error: unexpected {type(message).__name__}")
+
+    def _progress(self, a: Attempt, text: str | None, fraction: float | None) -> None:
+        if text is None and fraction is None:
+            return
+        old_text, old_fraction = a.progress or (None, None)
+        if text is not None:
+            old_text = text[:PROGRESS_TEXT_MAX].replace("\x00", "\\x00")
+        if fraction is not None and 0.0 <= fraction <= 1.0:
+            old_fraction = fraction
+        a.progress = (old_text, old_fraction)
+        a.progress_unwritten = True
+        self.events.emit(
+            events.Progress(job_id=a.job.id, child=a.child, text=old_text, fraction=old_fraction)
+        )
 
     def protocol_error(self, index: int, words: str) -> None:
         """The child's pipe can't be read any more: its attempt fails."""
@@ -176,83 +214,55 @@ class Attempts:
         try:
             msgspec.json.decode(message.result)
         except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            self._failure(a, f"the job's result is not valid JSON: {exc}", permanent=False)
+            self.fail(a, f"the job's result is not valid JSON: {exc}")
             return
-        self._end(
-            a,
-            models.Outcome(
-                id=a.job.id,
-                attempt=a.job.attempt,
-                state=models.JobState.DONE,
-                result=message.result,
-            ),
+        outcome = models.Outcome(
+            id=a.job.id, attempt=a.job.attempt, state=models.JobState.DONE, result=message.result
         )
+        self._end(a, outcome)
 
     def _failed(self, a: Attempt, message: protocol.Failed) -> None:
-        if a.drain_asked:  # it stopped because the drain asked it to
+        if message.kind == "revoked":  # taken back before it started
+            if a.revoked == "cancel":
+                self._end(a, self._cancelled(a, "cancelled before it started"))
+            else:
+                self._end(a, self._hand_back(a))
+        elif a.drain_asked:  # it stopped because the drain asked it to
             self._end(a, self._hand_back(a))
-            return
-        self._failure(a, message.error, permanent=message.kind == "permanent", delay=message.delay)
+        else:
+            permanent = message.kind == "permanent"
+            self.fail(a, message.error, permanent=permanent, delay=message.delay)
 
-    def _failure(
-        self, a: Attempt, error: str, *, permanent: bool, delay: float | None = None
+    def fail(
+        self, a: Attempt, error: str, *, permanent: bool = False, delay: float | None = None
     ) -> None:
-        self._end(
-            a,
-            retry.after_failure(
-                a.job,
-                error=error,
-                permanent=permanent,
-                delay=delay,
-                now=self.clock.now(),
-                rng=self.rng,
-            ),
+        """Ends `a` as failed (retried per its policy); its child lives on."""
+        now = self.clock.now()
+        outcome = retry.after_failure(
+            a.job, error=error, permanent=permanent, delay=delay, now=now, rng=self.rng
         )
+        self._end(a, outcome)
 
     def _end(self, a: Attempt, outcome: models.Outcome) -> None:
-        """The child replied with the attempt's outcome and lives on."""
+        """The child replied with the attempt's outcome, lives on, and starts
+        the next attempt of its window."""
         # The child flushed its output before replying: log it under this job.
         self.pool.relay_all(a.child, a.job.id)
         del self.running[a.child]
+        if a.started is not None and a.revoked is None:
+            ran = self.clock.monotonic() - a.started
+            self.mean_s = 0.8 * self.mean_s + 0.2 * ran
         self.record(a, outcome)
         self.pool.job_done(a.child)
-
-    def _save_step(self, a: Attempt, message: protocol.Step) -> None:
-        if self.faults is not None and self.faults.kills(message.name):
-            self.kill(a, "error", f"killed by fault injector in step {message.name!r}", hard=True)
-            return
-        try:
-            msgspec.json.decode(message.value)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            self.kill(a, "error", f"step {message.name!r} is not valid JSON: {exc}", hard=True)
-            return
-
-        def saved(ok: bool) -> None:
-            if self.running.get(a.child) is not a or a.kill is not None:
-                return
-            if ok:
-                self.pool.send(a.child, protocol.StepSaved(job_id=a.job.id, name=message.name))
-            else:
-                self.kill(a, "lease", "lease lost", hard=True)
-
-        def refused(exc: errors.StoreError) -> None:
-            if self.running.get(a.child) is a:
-                words = f"step {message.name!r} could not be saved: {exc}"
-                self.kill(a, "error", words, hard=True)
-
-        job = a.job
-        self.db.submit(
-            f"step:{job.id}",
-            lambda: self.store.job_save_step(
-                id=job.id, attempt=job.attempt, name=message.name, value=message.value
-            ),
-            on_done=saved,
-            on_error=refused,
-        )
+        queue = self.waiting.get(a.child)
+        if queue:
+            self._run(queue.popleft())
 
     def died(self, death: Death) -> None:
-        """A child exited: its attempt (if any) ends as its kill reason says."""
+        """A child exited: its attempt ends as its kill reason says; what
+        waited in its pipe goes back, attempts unspent."""
         a = self.running.pop(death.child, None)
+        queued = self.waiting.pop(death.child, collections.deque())
         self.freed = True
         kind, words = (a.kill if a is not None else None) or (None, "")
         self.events.emit(
@@ -267,6 +277,14 @@ class Attempts:
                 kill_words=words or None,
             )
         )
+        for w in queued:
+            cancelled = w.revoked == "cancel"
+            self.record(
+                w,
+                self._cancelled(w, "cancelled before it started")
+                if cancelled
+                else self._hand_back(w),
+            )
         if a is None:
             return
         job, now = a.job, self.clock.now()
@@ -274,12 +292,7 @@ class Attempts:
             self._finished(a, None, "lost")
             return
         if kind == "cancel":
-            outcome = models.Outcome(
-                id=job.id,
-                attempt=job.attempt,
-                state=models.JobState.CANCELLED,
-                error="cancelled while running",
-            )
+            outcome = self._cancelled(a, "cancelled while running")
         elif kind == "drain" or (kind is None and a.drain_asked):
             outcome = self._hand_back(a)
         else:
@@ -288,6 +301,11 @@ class Attempts:
                 job, error=error, permanent=False, delay=None, now=now, rng=self.rng
             )
         self.record(a, outcome)
+
+    def _cancelled(self, a: Attempt, error: str) -> models.Outcome:
+        return models.Outcome(
+            id=a.job.id, attempt=a.job.attempt, state=models.JobState.CANCELLED, error=error
+        )
 
     def _hand_back(self, a: Attempt) -> models.Outcome:
         return models.Outcome(
@@ -317,6 +335,7 @@ class Attempts:
         retry_in = None
         if outcome is not None and name == "retried" and outcome.run_at is not None:
             retry_in = max(0.0, outcome.run_at - self.clock.now())
+        ran = 0.0 if a.started is None else self.clock.monotonic() - a.started
         self.events.emit(
             events.Finished(
                 job_id=a.job.id,
@@ -326,34 +345,10 @@ class Attempts:
                 outcome=name,
                 error=None if outcome is None else outcome.error,
                 retry_in=retry_in,
-                seconds=self.clock.monotonic() - a.started,
+                seconds=ran,
                 kill=None if a.kill is None else a.kill[0],
             )
         )
-
-    # -- ending attempts ------------------------------------------------------
-
-    def kill(self, a: Attempt, kind: str, words: str, *, hard: bool = False) -> None:
-        """Starts to end `a`'s child; the first reason given decides the outcome."""
-        if a.kill is None:
-            a.kill = (kind, words)
-            self.events.emit(
-                events.Killed(job_id=a.job.id, child=a.child, pid=a.pid, kind=kind, words=words)
-            )
-        self.pool.kill(a.child, grace=0.0 if hard else self.settings.kill_grace)
-
-    def cancel(self, ids: set[int]) -> None:
-        """Ends the attempts of jobs whose cancel was requested."""
-        for a in list(self.running.values()):
-            if a.job.id in ids:
-                self.kill(a, "cancel", "cancelled")
-
-    def ask_to_stop(self) -> None:
-        """Drain: every running job sees `cx.cancelled` and its tree gets SIGTERM."""
-        for a in self.running.values():
-            if not a.drain_asked and a.kill is None:
-                a.drain_asked = True
-                self.pool.terminate(a.child)
 
     def hand_back_unstarted(self, job: models.ClaimedJob) -> None:
         """A claimed job no child can take now goes back, its attempt unspent."""
@@ -378,27 +373,73 @@ class Attempts:
                 error=f"the outcome could not be stored: {words}",
             )
 
-    def abandon_all(self) -> None:
-        """The supervisor is closing and every child is gone: what still ran
-        is handed back."""
-        for a in list(self.running.values()):
-            del self.running[a.child]
-            self.record(a, self._hand_back(a))
+    # -- ending attempts ------------------------------------------------------
+
+    def kill(self, a: Attempt, kind: str, words: str, *, hard: bool = False) -> None:
+        """Starts to end `a`'s child; the first reason given decides the outcome."""
+        if a.kill is None:
+            a.kill = (kind, words)
+            self.events.emit(
+                events.Killed(job_id=a.job.id, child=a.child, pid=a.pid, kind=kind, words=words)
+            )
+        self.pool.kill(a.child, grace=0.0 if hard else self.settings.kill_grace)
+
+    def revoke(self, a: Attempt, why: str) -> None:
+        """Takes back an attempt waiting in its child's pipe: the child skips it."""
+        if a.revoked is None:
+            a.revoked = why
+            self.pool.send(a.child, protocol.Revoke(job_id=a.job.id))
+
+    def cancel(self, ids: set[int]) -> None:
+        """Ends the attempts of jobs whose cancel was requested."""
+        if not ids:
+            return
+        for a in self.all():
+            if a.job.id not in ids:
+                continue
+            if a.started is None:
+                self.revoke(a, "cancel")
+            elif a.revoked is None:
+                self.kill(a, "cancel", "cancelled")
+
+    def ask_to_stop(self) -> None:
+        """Drain: every running job sees `cx.cancelled` and its tree gets
+        SIGTERM; what waits in the pipes is taken back."""
+        for queue in self.waiting.values():
+            for w in queue:
+                self.revoke(w, "drain")
+        for a in self.running.values():
+            if not a.drain_asked and a.kill is None:
+                a.drain_asked = True
+                self.pool.terminate(a.child)
 
     def hand_back_all(self) -> None:
         """End of the drain: what still runs is killed and handed back."""
         for a in list(self.running.values()):
             self.kill(a, "drain", "handed back at shutdown", hard=True)
 
+    def abandon_all(self) -> None:
+        """The supervisor is closing and every child is gone: what they
+        still held is handed back."""
+        for index in [*self.running, *self.waiting]:
+            self.died(Death(index, 0, "the supervisor stopped", retired=True, killed=True))
+
+    # -- limits ---------------------------------------------------------------
+
     def enforce(self, now: float, *, wall: float, margin: float) -> None:
         """Timeouts, memory ceilings and leases, at monotonic `now` and wall
         time `wall`: a job whose lease could not be renewed is ended `margin`
         seconds before it runs out, so it never overlaps a rescue."""
-        for a in list(self.running.values()):
-            if a.kill is not None:
+        for a in self.all():
+            if a.kill is not None or a.revoked is not None:
                 continue
             if wall >= a.lease_until - margin:
-                self.kill(a, "lease", "lease expired: it could not be renewed", hard=True)
+                if a.started is None:
+                    self.revoke(a, "lease")
+                else:
+                    self.kill(a, "lease", "lease expired: it could not be renewed", hard=True)
+            elif a.started is None:
+                continue
             elif a.deadline is not None and now >= a.deadline:
                 self.kill(a, "timeout", f"timed out after {a.job.timeout:g}s")
             elif a.max_memory is not None and now - a.memory_checked >= self._memory_every(a):
@@ -415,8 +456,8 @@ class Attempts:
         assert a.max_memory is not None
         return max(0.02, min(MEMORY_CHECK_MAX_S, a.max_memory / 1000.0))
 
-    def next_due(self, now: float) -> float | None:
-        """The earliest monotonic time `enforce` or `flush_progress` has work."""
+    def next_due(self) -> float | None:
+        """The earliest monotonic time `enforce` has work (leases aside)."""
         due: list[float] = []
         for a in self.running.values():
             if a.kill is not None:
@@ -425,84 +466,21 @@ class Attempts:
                 due.append(a.deadline)
             if a.max_memory is not None:
                 due.append(a.memory_checked + self._memory_every(a))
-            if a.progress_unwritten:
-                due.append(a.progress_written_at + self.settings.progress_interval)
-            elif not a.pid_written:
-                due.append(a.started + PID_AFTER_S)
         return min(due) if due else None
 
-    # -- leases, progress and pids ----------------------------------------------
-
     def renewed(self, *, alive: set[tuple[int, int]], lease_until: float) -> None:
-        """A renewal answered: attempts the owner lost are killed, the others'
+        """A renewal answered: attempts the owner lost are ended, the others'
         children learn the new time left on their lease."""
-        left = self._lease_left(lease_until)
-        for a in list(self.running.values()):
+        left = self.lease_left(lease_until)
+        for a in self.all():
             if (a.job.id, a.job.attempt) not in alive:
-                if a.kill is None:
+                if a.started is None:
+                    self.revoke(a, "lease")
+                elif a.kill is None:
                     self.kill(a, "lease", "lease lost", hard=True)
                 continue
             a.lease_until = lease_until
             self.pool.send(a.child, protocol.Lease(job_id=a.job.id, left=left))
-        kept = [o for o in self.outcomes if (o.id, o.attempt) in alive]
-        if len(kept) != len(self.outcomes):  # their jobs were rescued elsewhere meanwhile
-            for o in self.outcomes:
-                if (o.id, o.attempt) not in alive:
-                    self.events.emit(
-                        events.Finished(
-                            job_id=o.id,
-                            name="",
-                            queue="",
-                            attempt=o.attempt,
-                            outcome="lost",
-                            error=None,
-                            retry_in=None,
-                            seconds=0.0,
-                        )
-                    )
-            self.outcomes = kept
-
-    def flush_progress(self, now: float) -> None:
-        """Submits progress (at most every `progress_interval` per job) and
-        the pid of jobs that report progress or run over a second."""
-        for a in self.running.values():
-            if a.kill is not None:
-                continue
-            job = a.job
-            if (
-                a.progress_unwritten
-                and a.progress is not None
-                and now - a.progress_written_at >= self.settings.progress_interval
-                and not self.db.busy(f"progress:{job.id}")
-                and self.db.ok(now)
-            ):
-                a.progress_unwritten = False
-                a.progress_written_at = now
-                text, fraction = a.progress
-                write = functools.partial(
-                    self.store.job_set_progress,
-                    id=job.id,
-                    attempt=job.attempt,
-                    text=text,
-                    fraction=fraction,
-                )
-                self._fenced(a, "progress", write)
-            if (
-                not a.pid_written
-                and (now - a.started >= PID_AFTER_S or a.progress is not None)
-                and self.db.ok(now)
-            ):
-                a.pid_written = True
-                write = functools.partial(
-                    self.store.job_set_pid, id=job.id, attempt=job.attempt, pid=a.pid
-                )
-                self._fenced(a, "pid", write)
-
-    def _fenced(self, a: Attempt, what: str, call: Callable[[], bool]) -> None:
-        """Submits a fenced write about `a`; a False answer means its lease is lost."""
-
-        def answered(ok: bool) -> None:
-            if ok is False and self.running.get(a.child) is a and a.kill is None:
-                self.kill(a, "lease", "lease lost", hard=True)
-
-        self.db.submit(f"{what}:{a.job.id}", call, on_done=answered)
+        lost = [o for o in self.outcomes if (o.id, o.attempt) not in alive]
+        if lost:  # their jobs were rescued elsewhere meanwhile: nothing to write
+            self.outcomes = [o for o in self.outcomes if (o.id, o.attempt) in alive]

@@ -70,14 +70,11 @@ class Fence:
         self._deadline: float | None = None
         threading.Thread(target=self._watch, name="procqueue-fence", daemon=True).start()
 
-    def arm(self, seconds: float) -> None:
-        """The job may run `seconds` more (0: no lease to keep)."""
+    def arm(self, deadline: float | None) -> None:
+        """The running job may run until monotonic `deadline` (None: no lease to keep)."""
         with self._cond:
-            self._deadline = time.monotonic() + seconds if seconds > 0 else None
+            self._deadline = deadline
             self._cond.notify()
-
-    def disarm(self) -> None:
-        self.arm(0.0)
 
     def _watch(self) -> None:
         with self._cond:
@@ -102,14 +99,31 @@ class Inbox:
     def __init__(self, rfd: int, fence: Fence) -> None:
         self._rfd = rfd
         self._fence = fence
+        self._lock = threading.Lock()
         self._current: int | None = None
+        self._leases: dict[int, float] = {}
+        """Job id -> monotonic time its lease (less the margin) runs out, for
+        the job running and those waiting in the pipe."""
+        self._revoked: set[int] = set()
         self.error: errors.ProtocolError | None = None
         """Why the pipe stopped being readable, if it was not a clean end."""
         self.frames: queue.SimpleQueue[protocol.Message | None] = queue.SimpleQueue()
         threading.Thread(target=self._read, name="procqueue-inbox", daemon=True).start()
 
-    def running(self, job_id: int | None) -> None:
-        self._current = job_id
+    def running(self, job_id: int | None) -> bool:
+        """Marks `job_id` as the job running now (None: idle) and arms the
+        fence with its lease; False if the job was revoked (skip it)."""
+        with self._lock:
+            if self._current is not None:
+                self._leases.pop(self._current, None)
+            self._current = job_id
+            if job_id is not None and job_id in self._revoked:
+                self._revoked.discard(job_id)
+                self._leases.pop(job_id, None)
+                self._current = None
+                return False
+            self._fence.arm(None if job_id is None else self._leases.get(job_id))
+            return True
 
     def _read(self) -> None:
         try:
@@ -117,9 +131,14 @@ class Inbox:
                 message = protocol.read_message(self._rfd, to_child=True)
                 if message is None:
                     break
-                if isinstance(message, protocol.Lease):
-                    if message.job_id == self._current:
-                        self._fence.arm(message.left)
+                if isinstance(message, (protocol.Run, protocol.Lease)):
+                    self._lease(message)
+                    if isinstance(message, protocol.Lease):
+                        continue
+                elif isinstance(message, protocol.Revoke):
+                    with self._lock:
+                        if message.job_id != self._current:
+                            self._revoked.add(message.job_id)
                     continue
                 self.frames.put(message)
         except errors.ProtocolError as exc:
@@ -130,6 +149,19 @@ class Inbox:
             why = "its supervisor is gone" if self.error is None else f"a bad frame ({self.error})"
             _end_tree_and_exit(why)
         self.frames.put(None)
+
+    def _lease(self, message: protocol.Run | protocol.Lease) -> None:
+        seconds = message.lease if isinstance(message, protocol.Run) else message.left
+        with self._lock:
+            if isinstance(message, protocol.Lease) and message.job_id not in self._leases:
+                return  # ended meanwhile
+            deadline = time.monotonic() + seconds if seconds > 0 else None
+            if deadline is None:
+                self._leases.pop(message.job_id, None)
+            else:
+                self._leases[message.job_id] = deadline
+            if message.job_id == self._current:
+                self._fence.arm(deadline)
 
 
 class PipeChannel:
@@ -247,8 +279,10 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
             continue  # the answer to a Step frame job code wrote by hand: the next job must not pay
         if not isinstance(message, protocol.Run):
             raise errors.ProtocolError(f"unexpected {type(message).__name__} while idle")
-        fence.arm(message.lease)
-        inbox.running(message.job_id)
+        if not inbox.running(message.job_id):
+            skipped = protocol.Failed(job_id=message.job_id, kind="revoked", error="revoked")
+            protocol.write_all(wfd, protocol.encode(skipped))
+            continue
         channel = PipeChannel(inbox, wfd, message.job_id, dict(message.steps))
         job = app.registry.get(message.name)
         _set_title(f"procqueue child {index} {message.name}#{message.job_id}")
@@ -275,7 +309,6 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
         finally:
             current.clear()
             inbox.running(None)
-            fence.disarm()
         if channel.cancel_requested:
             return 0
         _set_title(f"procqueue child {index} idle")

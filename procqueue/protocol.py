@@ -57,6 +57,13 @@ class Lease(Message):
     left: float
 
 
+class Revoke(Message):
+    """A job waiting in the child's pipe is taken back: skip it (reply Failed
+    with kind "revoked") if it has not started."""
+
+    job_id: int
+
+
 class StepSaved(Message):
     """The step's result is durable; the job may go on."""
 
@@ -104,7 +111,8 @@ class Done(Message):
 
 
 class Failed(Message):
-    """The attempt failed. `kind`: "retry" (Retry raised), "permanent", or "error"."""
+    """The attempt failed. `kind`: "retry" (Retry raised), "permanent", "error",
+    or "revoked" (taken back before it started)."""
 
     job_id: int
     kind: str
@@ -114,7 +122,7 @@ class Failed(Message):
     fraction: float | None = None
 
 
-ToChild = Run | Lease | StepSaved | Shutdown
+ToChild = Run | Lease | Revoke | StepSaved | Shutdown
 ToSupervisor = Hello | Progress | Step | Done | Failed
 
 _encoder = msgspec.msgpack.Encoder()

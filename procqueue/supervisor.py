@@ -24,11 +24,12 @@ import socket
 import threading
 from typing import Any
 
-from procqueue import _clock, config, errors, events
+from procqueue import _clock, config, errors, events, protocol
 from procqueue import store as store_mod
 from procqueue._faults import Faults
 from procqueue.app import App
-from procqueue.attempts import Attempts
+from procqueue.attempt_writes import AttemptWrites
+from procqueue.attempts import Attempts, lease_margin
 from procqueue.dbcalls import DbCalls
 from procqueue.maintenance import Maintenance
 from procqueue.metrics import Metrics
@@ -40,14 +41,6 @@ log = logging.getLogger("procqueue.supervisor")
 OUTCOME_WAIT_S = 30.0
 """After a drain, how long outcomes the database holds back may still be
 written; after that their leases expire and the jobs are rescued elsewhere."""
-
-
-def lease_margin(lease: float) -> float:
-    """Seconds before its lease runs out that a job is ended by its own child
-    (and by the supervisor): the lease expires by other machines' clocks,
-    so the margin must exceed the clock skew between machines (keep them in
-    NTP sync: skew is milliseconds)."""
-    return max(0.5, min(5.0, lease * 0.2))
 
 
 class Supervisor:
@@ -90,13 +83,18 @@ class Supervisor:
         )
         self.attempts = Attempts(
             pool=self.pool,
-            store=self.store,
-            db=self.db,
             clock=self.clock,
             settings=settings,
             events=self.events,
-            faults=faults,
             rng=rng or random.Random(),
+        )
+        self.writes = AttemptWrites(
+            attempts=self.attempts,
+            pool=self.pool,
+            store=self.store,
+            db=self.db,
+            settings=settings,
+            faults=faults,
         )
         self.maintenance = Maintenance(app=app, store=self.store, settings=settings)
         self._stops = 0
@@ -195,7 +193,7 @@ class Supervisor:
         self.pool.escalate(now)
         self.attempts.enforce(now, wall=self.clock.now(), margin=self._margin())
         self._drain(now)
-        self.attempts.flush_progress(now)
+        self.writes.flush(now)
         if self.attempts.freed:
             self.attempts.freed = False
             self._want_claim = True
@@ -208,7 +206,11 @@ class Supervisor:
     def finished(self) -> bool:
         """Whether the drain is over: nothing runs and the outcomes are written
         (or have waited long enough)."""
-        if self._draining_until is None or self.attempts.running:
+        if (
+            self._draining_until is None
+            or self.attempts.running
+            or any(self.attempts.waiting.values())
+        ):
             return False
         if not self.attempts.outcomes and not self.db.busy("cycle"):
             return True
@@ -235,26 +237,37 @@ class Supervisor:
     def _margin(self) -> float:
         return lease_margin(self.settings.lease)
 
+    def _room(self) -> dict[int, int]:
+        """Ready children -> how many more attempts their windows take."""
+        if self._draining_until is not None:
+            return {}
+        depth = self.attempts.depth()
+        room = {i: depth - self.attempts.held(i) for i in self.pool.available()}
+        return {i: n for i, n in room.items() if n > 0}
+
     def _timeout(self, now: float) -> float:
         if self.pool.any_dead():
             return 0.005
-        claimable = self._draining_until is None and self._free_children()
+        claimable = bool(self._room())
         if self._want_claim and claimable and not self.db.busy("cycle"):
             return 0.0
         due = [self._timers["renew"], self._timers["maintain"], now + self.settings.poll]
         if claimable:
             due.append(self._timers["claim"])
-        if self.attempts.running:
+        if self.attempts.all():
             due.append(self._timers["cancel"])
-        for extra in (self.attempts.next_due(now), self.pool.next_kill(), self._draining_until):
+        extras = (
+            self.attempts.next_due(),
+            self.writes.next_due(),
+            self.pool.next_kill(),
+            self._draining_until,
+        )
+        for extra in extras:
             if extra is not None:
                 due.append(extra)
         if self.attempts.outcomes or self.db.down_since is not None:
             due.append(max(self.db.retry_at, now + 0.01))
         return max(0.0, min(due) - now)
-
-    def _free_children(self) -> list[int]:
-        return [i for i in self.pool.available() if i not in self.attempts.running]
 
     # -- I/O ------------------------------------------------------------------
 
@@ -277,7 +290,10 @@ class Supervisor:
             return
         messages, problem = self.pool.read(index)
         for message in messages:
-            self.attempts.message(index, message)
+            if isinstance(message, protocol.Step):
+                self.writes.step(index, message)
+            else:
+                self.attempts.message(index, message)
         if problem is not None:
             self.attempts.protocol_error(index, problem)
 
@@ -314,7 +330,7 @@ class Supervisor:
         self._timers["renew"] = now + self.settings.lease / 3
         if self._listen_fd is None:
             self._listen()  # a listener lost in an outage comes back with the database
-        if not self.attempts.running and not self.attempts.outcomes:
+        if not self.attempts.all() and not self.attempts.outcomes:
             return
         lease_until = self.clock.now() + self.settings.lease
 
@@ -330,7 +346,7 @@ class Supervisor:
         )
 
     def _poll_cancels(self, now: float) -> None:
-        if not self.attempts.running or now < self._timers["cancel"] or not self.db.ok(now):
+        if not self.attempts.all() or now < self._timers["cancel"] or not self.db.ok(now):
             return
         if self.db.busy("cancels"):
             return
@@ -363,9 +379,8 @@ class Supervisor:
         transaction; at most one in flight."""
         if self.db.busy("cycle") or not self.db.ok(now):
             return
-        free = self._free_children() if self._draining_until is None else []
         claim_due = self._want_claim or now >= self._timers["claim"]
-        count = len(free) if claim_due else 0
+        count = sum(self._room().values()) if claim_due else 0
         batch = list(self.attempts.outcomes[: 1 if self._solo else None])
         if not count and not batch:
             return
@@ -416,9 +431,19 @@ class Supervisor:
             )
 
     def _dispatch(self, cycle: Cycle, lease_until: float) -> None:
-        free = self._free_children() if self._draining_until is None else []
+        """Spreads the claimed jobs over the windows with room, one per child
+        in turn; what finds no room (a child died, a drain began, while the
+        claim was out) goes back at once."""
+        room = self._room()
+        order = sorted(room, key=lambda i: (self.attempts.held(i), i))
+        places: list[int] = []
+        while any(room[i] for i in order):
+            for i in order:
+                if room[i]:
+                    places.append(i)
+                    room[i] -= 1
         wall = self.clock.now()
-        for i, job in enumerate(cycle.claimed):
+        for n, job in enumerate(cycle.claimed):
             self.events.emit(
                 events.Claimed(
                     job_id=job.id,
@@ -428,9 +453,9 @@ class Supervisor:
                     waited=max(0.0, wall - job.run_at),
                 )
             )
-            if i < len(free):
-                self.attempts.start(free[i], job, lease_until=lease_until)
-            else:  # its child died, or a drain began, while the claim was out
+            if n < len(places):
+                self.attempts.start(places[n], job, lease_until=lease_until)
+            else:
                 self.attempts.hand_back_unstarted(job)
 
     def _title(self) -> None:
