@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import ipaddress
 import os
 import signal
 import socket
@@ -299,6 +300,11 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     store_mod.open_store(dsn).close()  # a malformed or unreachable DSN fails here
     _check_listen(args.host, args.port)
     token = args.token or os.environ.get(DASHBOARD_TOKEN_ENV) or None
+    if token is None and not _loopback(args.host):
+        raise errors.ConfigError(
+            f"the dashboard can retry and cancel jobs: listening on {args.host} "
+            f"needs a token (--token or ${DASHBOARD_TOKEN_ENV})"
+        )
     # uvicorn stops on SIGTERM, then raises the signal again for the handler
     # it found: make that an exit with code 0, as for the supervisor's drain.
     previous = signal.signal(signal.SIGTERM, _exit_0)
@@ -311,6 +317,16 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _loopback(host: str) -> bool:
+    """Whether `host` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _exit_0(signum: int, frame: object) -> None:

@@ -6,6 +6,8 @@ Always collected (a few label lookups per job); served over HTTP only when
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from procqueue import events
@@ -18,6 +20,7 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         r = self.registry
         self.claimed = Counter(
             "procqueue_jobs_claimed", "Jobs claimed", ["queue", "name"], registry=r
@@ -63,19 +66,28 @@ class Metrics:
         )
 
     def observe(self, event: events.Event) -> None:
-        """Counts one supervisor event (an `events.EventStream` subscriber)."""
+        """Counts one supervisor event (an `events.EventStream` subscriber).
+        Labelled children are looked up once per label set and cached: a
+        label lookup costs more than the count itself."""
         if isinstance(event, events.Claimed):
-            self.claimed.labels(event.queue, event.name).inc()
-            self.wait_seconds.labels(event.queue).observe(event.waited)
+            self._child(self.claimed, event.queue, event.name).inc()
+            self._child(self.wait_seconds, event.queue).observe(event.waited)
         elif isinstance(event, events.Finished):
             if event.outcome == "lost":
                 self.leases_lost.inc()
                 return
-            self.finished.labels(event.queue, event.name, event.outcome).inc()
-            self.run_seconds.labels(event.queue, event.name).observe(event.seconds)
+            self._child(self.finished, event.queue, event.name, event.outcome).inc()
+            self._child(self.run_seconds, event.queue, event.name).observe(event.seconds)
         elif isinstance(event, events.ChildDied):
             reason = event.kill or ("recycle" if event.expected else "crash")
             self.restarts.labels(reason).inc()
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (id(metric), labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Serves /metrics on `host:port` from a daemon thread."""

@@ -195,6 +195,9 @@ def test_dashboard_arguments(
     }
     assert run(capsys, "dashboard", "--token", "flag", "--dsn", "sqlite:///x.db")[0] == 0
     assert (fake_dashboard[-1]["token"], fake_dashboard[-1]["dsn"]) == ("flag", "sqlite:///x.db")
+    port = str(free_port())
+    assert run(capsys, "dashboard", "--host", "0.0.0.0", "--token", "t", "--port", port)[0] == 0
+    assert fake_dashboard[-1]["host"] == "0.0.0.0"
 
 
 @pytest.mark.parametrize(
@@ -206,6 +209,7 @@ def test_dashboard_arguments(
         (["--dsn", "mysql://x"], 2),
         (["--bogus"], 2),
         (["--host", "no-such-host.invalid"], 1),
+        (["--host", "0.0.0.0"], 2),  # beyond loopback without a token
     ],
 )
 def test_dashboard_refuses_before_serving(
