@@ -222,7 +222,7 @@ class Attempts:
         self._end(a, outcome)
 
     def _failed(self, a: Attempt, message: protocol.Failed) -> None:
-        if message.kind == "revoked":  # taken back before it started
+        if message.kind == "revoked" and a.revoked is not None:  # taken back before it started
             if a.revoked == "cancel":
                 self._end(a, self._cancelled(a, "cancelled before it started"))
             else:

@@ -661,6 +661,58 @@ def test_random_bytes_from_a_dying_job_fail_it_clearly(
     assert pipe_cluster.alive()
 
 
+_ids = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+_texts = st.none() | st.text(max_size=3000)
+_floats = st.none() | st.floats(allow_nan=True, allow_infinity=True)
+SUPERVISOR_BOUND = st.one_of(
+    st.builds(protocol.Progress, job_id=_ids, text=_texts, fraction=_floats),
+    st.builds(
+        protocol.Step,
+        job_id=_ids,
+        name=st.text(max_size=300),
+        value=st.binary(max_size=300) | st.sampled_from([b"1", b'"ok"', b"\xff\xfe"]),
+    ),
+    st.builds(
+        protocol.Done,
+        job_id=_ids,
+        result=st.binary(max_size=300) | st.sampled_from([b"null", b"[1]", b"\xc3\x28"]),
+        progress=_texts,
+        fraction=_floats,
+    ),
+    st.builds(
+        protocol.Failed,
+        job_id=_ids,
+        kind=st.sampled_from(["retry", "permanent", "error", "revoked", "?"]),
+        error=st.text(max_size=5000),
+        delay=_floats,
+        progress=_texts,
+        fraction=_floats,
+    ),
+)
+"""Every frame type a child may send, with any field values."""
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(message=SUPERVISOR_BOUND, own=st.booleans())
+def test_any_well_formed_frame_from_job_code_costs_at_most_that_job(
+    pipe_cluster: Cluster, message: protocol.Message, own: bool
+) -> None:
+    try:
+        frame = protocol.encode(message)
+    except ProtocolError:
+        return  # larger than a frame may be: the child could not send it
+    job_id = pipe_cluster.app.enqueue(H + "own_frame", {"frame": frame.hex(), "own": own})
+    info = pipe_cluster.app.wait(job_id, timeout=60)
+    assert info.state in TERMINAL
+    assert len(info.progress or "") <= 1000 and len(info.error or "") <= 2000
+    assert pipe_cluster.alive()
+    assert pipe_cluster.run("echo", {"value": "still here"}).result == "still here"
+
+
 @pytest.mark.timeout(60)
 def test_a_partial_frame_from_a_live_child_fails_the_job(tmp_path: Path) -> None:
     with fresh_cluster("sqlite", tmp_path) as c:

@@ -9,7 +9,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from procqueue import App, Context
+import msgspec
+
+from procqueue import App, Context, protocol
 
 app = App()
 
@@ -101,3 +103,15 @@ def inject_step(cx: Context) -> str:
 
     os.write(protocol_fd(), protocol.encode(protocol.Step(job_id=cx.id, name="s", value=b"1")))
     return "injected"
+
+
+@app.job(max_attempts=1)
+def own_frame(cx: Context, frame: str, own: bool) -> str:
+    """Writes one supervisor-bound frame (hex) onto the protocol pipe, with
+    this job's id in it when `own`, then returns normally."""
+    raw = bytes.fromhex(frame)
+    if own:
+        message = msgspec.msgpack.decode(raw[6:], type=protocol.ToSupervisor)
+        raw = protocol.encode(msgspec.structs.replace(message, job_id=cx.id))
+    os.write(protocol_fd(), raw)
+    return "wrote"
