@@ -27,8 +27,6 @@ from procqueue.pool import Death, Pool
 
 PROGRESS_TEXT_MAX = 1000
 """Progress text is cut to this many characters."""
-MEMORY_CHECK_MAX_S = 0.25
-"""Longest interval between two samples of a job's memory."""
 AHEAD_S = 0.01
 """Work a child's window holds beyond the job it runs, in seconds of recent job time."""
 AHEAD_MAX = 16
@@ -350,29 +348,6 @@ class Attempts:
             )
         )
 
-    def hand_back_unstarted(self, job: models.ClaimedJob) -> None:
-        """A claimed job no child can take now goes back, its attempt unspent."""
-        self.outcomes.append(
-            models.Outcome(
-                id=job.id,
-                attempt=job.attempt,
-                state=models.JobState.PENDING,
-                run_at=self.clock.now(),
-                refund=True,
-            )
-        )
-
-    def refused(self, outcome: models.Outcome, words: str) -> None:
-        """The database refused `outcome` (the first queued): that attempt
-        fails instead, so one job's value never blocks the others."""
-        if self.outcomes and self.outcomes[0] is outcome:
-            self.outcomes[0] = models.Outcome(
-                id=outcome.id,
-                attempt=outcome.attempt,
-                state=models.JobState.FAILED,
-                error=f"the outcome could not be stored: {words}",
-            )
-
     # -- ending attempts ------------------------------------------------------
 
     def kill(self, a: Attempt, kind: str, words: str, *, hard: bool = False) -> None:
@@ -423,64 +398,3 @@ class Attempts:
         still held is handed back."""
         for index in [*self.running, *self.waiting]:
             self.died(Death(index, 0, "the supervisor stopped", retired=True, killed=True))
-
-    # -- limits ---------------------------------------------------------------
-
-    def enforce(self, now: float, *, wall: float, margin: float) -> None:
-        """Timeouts, memory ceilings and leases, at monotonic `now` and wall
-        time `wall`: a job whose lease could not be renewed is ended `margin`
-        seconds before it runs out, so it never overlaps a rescue."""
-        for a in self.all():
-            if a.kill is not None or a.revoked is not None:
-                continue
-            if wall >= a.lease_until - margin:
-                if a.started is None:
-                    self.revoke(a, "lease")
-                else:
-                    self.kill(a, "lease", "lease expired: it could not be renewed", hard=True)
-            elif a.started is None:
-                continue
-            elif a.deadline is not None and now >= a.deadline:
-                self.kill(a, "timeout", f"timed out after {a.job.timeout:g}s")
-            elif a.max_memory is not None and now - a.memory_checked >= self._memory_every(a):
-                a.memory_checked = now
-                rss = self.pool.rss_mb(a.child)
-                if rss > a.max_memory:
-                    words = f"exceeded max_memory ({rss:.0f} MB > {a.max_memory:g} MB)"
-                    self.kill(a, "memory", words, hard=True)
-
-    @staticmethod
-    def _memory_every(a: Attempt) -> float:
-        """Seconds between memory samples: a job allocating 1 GB/s is caught
-        before it doubles its ceiling (so it is stopped under 3x)."""
-        assert a.max_memory is not None
-        return max(0.02, min(MEMORY_CHECK_MAX_S, a.max_memory / 1000.0))
-
-    def next_due(self) -> float | None:
-        """The earliest monotonic time `enforce` has work (leases aside)."""
-        due: list[float] = []
-        for a in self.running.values():
-            if a.kill is not None:
-                continue
-            if a.deadline is not None:
-                due.append(a.deadline)
-            if a.max_memory is not None:
-                due.append(a.memory_checked + self._memory_every(a))
-        return min(due) if due else None
-
-    def renewed(self, *, alive: set[tuple[int, int]], lease_until: float) -> None:
-        """A renewal answered: attempts the owner lost are ended, the others'
-        children learn the new time left on their lease."""
-        left = self.lease_left(lease_until)
-        for a in self.all():
-            if (a.job.id, a.job.attempt) not in alive:
-                if a.started is None:
-                    self.revoke(a, "lease")
-                elif a.kill is None:
-                    self.kill(a, "lease", "lease lost", hard=True)
-                continue
-            a.lease_until = lease_until
-            self.pool.send(a.child, protocol.Lease(job_id=a.job.id, left=left))
-        lost = [o for o in self.outcomes if (o.id, o.attempt) not in alive]
-        if lost:  # their jobs were rescued elsewhere meanwhile: nothing to write
-            self.outcomes = [o for o in self.outcomes if (o.id, o.attempt) in alive]

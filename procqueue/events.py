@@ -114,6 +114,13 @@ class ChildDied:
 
 
 @dataclass(frozen=True, slots=True)
+class Renewed:
+    """The leases of the `held` jobs were renewed in one statement."""
+
+    held: int
+
+
+@dataclass(frozen=True, slots=True)
 class DatabaseDown:
     """A database call failed: the supervisor backs off and keeps enforcing."""
 
@@ -136,6 +143,7 @@ Event = (
     | Killed
     | Finished
     | ChildDied
+    | Renewed
     | DatabaseDown
     | DatabaseUp
 )

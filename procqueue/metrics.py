@@ -78,6 +78,8 @@ class Metrics:
                 return
             self._child(self.finished, event.queue, event.name, event.outcome).inc()
             self._child(self.run_seconds, event.queue, event.name).observe(event.seconds)
+        elif isinstance(event, events.Renewed):
+            self.renewals.inc()
         elif isinstance(event, events.ChildDied):
             reason = event.kill or ("recycle" if event.expected else "crash")
             self.restarts.labels(reason).inc()

@@ -22,7 +22,6 @@ import selectors
 import signal
 import socket
 import threading
-from typing import Any
 
 from procqueue import _clock, config, errors, events, protocol
 from procqueue import store as store_mod
@@ -30,11 +29,12 @@ from procqueue._faults import Faults
 from procqueue.app import App
 from procqueue.attempt_writes import AttemptWrites
 from procqueue.attempts import Attempts, lease_margin
+from procqueue.claims import Claims
 from procqueue.dbcalls import DbCalls
+from procqueue.limits import Limits
 from procqueue.maintenance import Maintenance
 from procqueue.metrics import Metrics
 from procqueue.pool import Pool
-from procqueue.store.base import Cycle, Renewal
 
 log = logging.getLogger("procqueue.supervisor")
 
@@ -96,13 +96,22 @@ class Supervisor:
             settings=settings,
             faults=faults,
         )
+        self.limits = Limits(attempts=self.attempts, pool=self.pool)
+        self.claims = Claims(
+            attempts=self.attempts,
+            limits=self.limits,
+            pool=self.pool,
+            store=self.store,
+            db=self.db,
+            clock=self.clock,
+            settings=settings,
+            events=self.events,
+            owner=self.owner,
+        )
         self.maintenance = Maintenance(app=app, store=self.store, settings=settings)
         self._stops = 0
-        self._want_claim = True
         self._draining_until: float | None = None
         self._drain_killed = False
-        self._solo = 0
-        """Outcomes to write one at a time: the database refused a batch."""
         self._listen_fd: int | None = None
         self._busy_title = -1
         self._timers: dict[str, float] = {}
@@ -162,12 +171,8 @@ class Supervisor:
         if self.settings.metrics_port is not None:
             self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
         now = self.clock.monotonic()
-        self._timers = {
-            "claim": now,
-            "renew": now + self.settings.lease / 3,
-            "maintain": now,
-            "cancel": now,
-        }
+        self._timers = {"maintain": now}
+        self.claims.renew_at = now + self.settings.lease / 3
         log.info(
             "supervising %s with %d children (owner %s)",
             self.spec,
@@ -191,16 +196,18 @@ class Supervisor:
         for death in self.pool.reap(self.attempts.job_of()):
             self.attempts.died(death)
         self.pool.escalate(now)
-        self.attempts.enforce(now, wall=self.clock.now(), margin=self._margin())
+        self.limits.enforce(now, wall=self.clock.now(), margin=self._margin())
         self._drain(now)
         self.writes.flush(now)
         if self.attempts.freed:
             self.attempts.freed = False
-            self._want_claim = True
-        self._renew(now)
-        self._poll_cancels(now)
+            self.claims.want = True
+        if now >= self.claims.renew_at and self._listen_fd is None:
+            self._listen()  # a listener lost in an outage comes back with the database
+        self.claims.renew(now)
+        self.claims.poll_cancels(now)
         self._maintain(now)
-        self._cycle(now)
+        self.claims.step(now)
         self._title()
 
     def finished(self) -> bool:
@@ -225,6 +232,7 @@ class Supervisor:
                 self.settings.grace,
             )
             self.pool.respawn = False
+            self.claims.stopped = True
             self.attempts.ask_to_stop()
         if (
             self._draining_until is not None
@@ -237,27 +245,19 @@ class Supervisor:
     def _margin(self) -> float:
         return lease_margin(self.settings.lease)
 
-    def _room(self) -> dict[int, int]:
-        """Ready children -> how many more attempts their windows take."""
-        if self._draining_until is not None:
-            return {}
-        depth = self.attempts.depth()
-        room = {i: depth - self.attempts.held(i) for i in self.pool.available()}
-        return {i: n for i, n in room.items() if n > 0}
-
     def _timeout(self, now: float) -> float:
         if self.pool.any_dead():
             return 0.005
-        claimable = bool(self._room())
-        if self._want_claim and claimable and not self.db.busy("cycle"):
+        claimable = bool(self.claims.room())
+        if self.claims.want and claimable and not self.db.busy("cycle"):
             return 0.0
-        due = [self._timers["renew"], self._timers["maintain"], now + self.settings.poll]
+        due = [self.claims.renew_at, self._timers["maintain"], now + self.settings.poll]
         if claimable:
-            due.append(self._timers["claim"])
+            due.append(self.claims.next_at)
         if self.attempts.all():
-            due.append(self._timers["cancel"])
+            due.append(self.claims.cancels_at)
         extras = (
-            self.attempts.next_due(),
+            self.limits.next_due(),
             self.writes.next_due(),
             self.pool.next_kill(),
             self._draining_until,
@@ -311,7 +311,7 @@ class Supervisor:
                 return None
 
         def listening(fd: int | None) -> None:
-            self._want_claim = True
+            self.claims.want = True
             if fd is None or self._wake_w < 0:
                 return
             try:
@@ -323,39 +323,6 @@ class Supervisor:
         self.db.submit("listen", listen, on_done=listening)
 
     # -- database work (submitted, never waited on) -----------------------------
-
-    def _renew(self, now: float) -> None:
-        if now < self._timers["renew"] or self.db.busy("renew"):
-            return
-        self._timers["renew"] = now + self.settings.lease / 3
-        if self._listen_fd is None:
-            self._listen()  # a listener lost in an outage comes back with the database
-        if not self.attempts.all() and not self.attempts.outcomes:
-            return
-        lease_until = self.clock.now() + self.settings.lease
-
-        def renewed(renewal: Renewal) -> None:
-            self.metrics.renewals.inc()
-            self.attempts.renewed(alive=renewal.alive, lease_until=lease_until)
-            self.attempts.cancel(renewal.cancel_requested)
-
-        self.db.submit(
-            "renew",
-            lambda: self.store.job_renew_leases(owner=self.owner, lease_until=lease_until),
-            on_done=renewed,
-        )
-
-    def _poll_cancels(self, now: float) -> None:
-        if not self.attempts.all() or now < self._timers["cancel"] or not self.db.ok(now):
-            return
-        if self.db.busy("cancels"):
-            return
-        self._timers["cancel"] = now + min(self.settings.poll, 1.0)
-        self.db.submit(
-            "cancels",
-            lambda: self.store.job_cancel_requested(owner=self.owner),
-            on_done=self.attempts.cancel,
-        )
 
     def _maintain(self, now: float) -> None:
         if self.db.busy("maintain") or not self.db.ok(now):
@@ -372,91 +339,7 @@ class Supervisor:
 
     def _maybe_claim(self, woke: bool) -> None:
         if woke:
-            self._want_claim = True
-
-    def _cycle(self, now: float) -> None:
-        """Writes queued outcomes and claims for free children, in one
-        transaction; at most one in flight."""
-        if self.db.busy("cycle") or not self.db.ok(now):
-            return
-        claim_due = self._want_claim or now >= self._timers["claim"]
-        count = sum(self._room().values()) if claim_due else 0
-        batch = list(self.attempts.outcomes[: 1 if self._solo else None])
-        if not count and not batch:
-            return
-        if count:
-            self._timers["claim"] = now + self.settings.poll
-            self._want_claim = False
-        wall = self.clock.now()
-        lease_until = wall + self.settings.lease
-
-        def answered(cycle: Cycle) -> None:
-            self._recorded(batch, cycle.lost)
-            self._dispatch(cycle, lease_until)
-            if count and len(cycle.claimed) == count:
-                self._want_claim = True  # there may be more
-
-        def refused(exc: errors.StoreError) -> None:
-            if count:
-                self._want_claim = True
-            if not isinstance(exc, errors.StoreRejected):
-                return
-            if len(batch) > 1:
-                self._solo = len(batch)  # find the one the database refuses
-            elif batch:
-                log.warning("job %d: outcome refused by the database: %s", batch[0].id, exc)
-                self.attempts.refused(batch[0], str(exc))
-
-        self.db.submit(
-            "cycle",
-            lambda: self.store.job_record_and_claim(
-                outcomes=batch,
-                owner=self.owner,
-                queues=self.settings.queues,
-                count=count,
-                lease_until=lease_until,
-                now=wall,
-            ),
-            on_done=answered,
-            on_error=refused,
-        )
-
-    def _recorded(self, batch: list[Any], lost: list[int]) -> None:
-        del self.attempts.outcomes[: len(batch)]
-        if self._solo:
-            self._solo = max(0, self._solo - len(batch))
-        for id_ in lost:
-            log.warning(
-                "job %d: outcome not recorded, its lease was lost to another supervisor", id_
-            )
-
-    def _dispatch(self, cycle: Cycle, lease_until: float) -> None:
-        """Spreads the claimed jobs over the windows with room, one per child
-        in turn; what finds no room (a child died, a drain began, while the
-        claim was out) goes back at once."""
-        room = self._room()
-        order = sorted(room, key=lambda i: (self.attempts.held(i), i))
-        places: list[int] = []
-        while any(room[i] for i in order):
-            for i in order:
-                if room[i]:
-                    places.append(i)
-                    room[i] -= 1
-        wall = self.clock.now()
-        for n, job in enumerate(cycle.claimed):
-            self.events.emit(
-                events.Claimed(
-                    job_id=job.id,
-                    name=job.name,
-                    queue=job.queue,
-                    attempt=job.attempt,
-                    waited=max(0.0, wall - job.run_at),
-                )
-            )
-            if n < len(places):
-                self.attempts.start(places[n], job, lease_until=lease_until)
-            else:
-                self.attempts.hand_back_unstarted(job)
+            self.claims.want = True
 
     def _title(self) -> None:
         busy = len(self.attempts.running)

@@ -59,7 +59,19 @@ LAYERS: list[tuple[str, set[str]]] = [
         },
     ),
     ("client", {"client"}),
-    ("supervision", {"supervisor", "attempts", "dbcalls", "maintenance", "metrics"}),
+    (
+        "supervision",
+        {
+            "supervisor",
+            "attempts",
+            "attempt_writes",
+            "limits",
+            "claims",
+            "dbcalls",
+            "maintenance",
+            "metrics",
+        },
+    ),
     (
         "interface",
         {"cli", "_commands", "_format", "__main__", "testing", "demo", "dashboard"},
