@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import _format, config, configfile, cron, errors, logs, models
+from procqueue import _clock, _format, config, configfile, cron, errors, logs, models
 from procqueue import store as store_mod
 from procqueue.app import App, load_app
 
@@ -251,7 +251,7 @@ def cmd_queues(args: argparse.Namespace, app: App) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     store = store_mod.open_store(store_mod.resolve_dsn(args.dsn))
     try:
-        print(f"schema at version {store.migrate()}")
+        print(f"schema at version {store.migrate(now=_clock.from_env().now())}")
     finally:
         store.close()
     return 0

@@ -206,7 +206,7 @@ class App:
             if self._store is None:
                 opened = store_mod.open_store(store_mod.resolve_dsn(self.dsn))
                 try:
-                    opened.migrate()
+                    opened.migrate(now=self.clock.now())
                 except BaseException:
                     opened.close()
                     raise

@@ -104,7 +104,7 @@ class Supervisor:
         # The pool logs every failed reconnect; the supervisor says one line
         # per outage instead (see _db).
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-        self.store.migrate()
+        self.store.migrate(now=self.clock.now())
         for queue, limit in self.settings.limits.items():
             self.store.queue_set_limit(queue=queue, limit=limit)
         self.selector.register(self._wake_r, selectors.EVENT_READ, None)

@@ -218,3 +218,15 @@ SELECT pg_catalog.set_config('search_path', %(path)s, true)
 -- job_set_pid --
 -- Records which child process runs an attempt (fenced).
 UPDATE jobs SET pid = %(pid)s WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+
+-- job_fail_undecodable --
+-- Fails a job just taken whose row does not decode, in the claim's transaction: it never runs.
+UPDATE jobs
+SET state = 'failed', error = %(error)s::text, finished_at = %(now)s::float8,
+    owner = NULL, lease_until = NULL, cancel_requested = false
+WHERE id = %(id)s AND state = 'running'
+
+-- pg_bounds_set --
+-- Sets this transaction's statement and lock timeouts (milliseconds, as text).
+SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
+       pg_catalog.set_config('lock_timeout', %(ms)s, true)

@@ -191,3 +191,32 @@ WHERE chores.last_run <= :now - :every
 -- job_set_pid --
 -- Records which child process runs an attempt (fenced).
 UPDATE jobs SET pid = :pid WHERE id = :id AND attempts = :attempt AND state = 'running'
+
+-- job_fail_undecodable --
+-- Fails a job just taken whose row does not decode, in the claim's transaction: it never runs.
+UPDATE jobs
+SET state = 'failed', error = :error, finished_at = :now,
+    owner = NULL, lease_until = NULL, cancel_requested = 0
+WHERE id = :id AND state = 'running'
+
+-- sqlite_wal --
+-- Write-ahead logging: readers never block the writer, nor the writer readers.
+PRAGMA journal_mode=WAL
+
+-- sqlite_tuning --
+-- Per-connection settings, run as one script (see SqliteDialect).
+PRAGMA synchronous=NORMAL;
+PRAGMA wal_autocheckpoint=10000;
+PRAGMA journal_size_limit=67108864
+
+-- sqlite_begin --
+-- Every transaction takes the file's write lock first (waiting up to the busy timeout).
+BEGIN IMMEDIATE
+
+-- sqlite_commit --
+-- Ends a transaction.
+COMMIT
+
+-- sqlite_rollback --
+-- Abandons a transaction.
+ROLLBACK
