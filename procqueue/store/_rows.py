@@ -190,6 +190,8 @@ class _Json:
         def check(value: object) -> T:
             try:
                 return decoder.decode(self._raw(value))
+            except msgspec.ValidationError as exc:
+                raise Undecodable(f"unexpected JSON ({exc})") from None
             except msgspec.DecodeError as exc:
                 raise Undecodable(f"invalid JSON ({exc})") from None
 
