@@ -198,11 +198,58 @@ class _Json:
         return check
 
 
-def _column(row: Row, name: str, check: Callable[[object], T]) -> T:
-    try:
-        return check(row[name])
-    except Undecodable as exc:
-        raise Undecodable(f"column {name}: {exc}") from None
+Check = Callable[[object], Any]
+
+
+def _job_columns(json: _Json) -> tuple[tuple[str, Check, Callable[[], Any]], ...]:
+    """``(column, check, placeholder factory)`` for each field of `JobInfo`."""
+    return (
+        ("id", _int, int),
+        ("name", _text, str),
+        ("queue", _text, str),
+        ("state", _state, lambda: models.JobState.FAILED),
+        ("priority", _int, int),
+        ("attempts", _int, int),
+        ("max_attempts", _int, int),
+        ("args", json.mapping, dict),
+        ("result", _optional(json.value), type(None)),
+        ("error", _optional(_text), type(None)),
+        ("progress", _optional(_text), type(None)),
+        ("fraction", _optional(_number), type(None)),
+        ("key", _optional(_text), type(None)),
+        ("serial_key", _optional(_text), type(None)),
+        ("tags", json.strings, list),
+        ("run_at", _time, lambda: _EPOCH),
+        ("created_at", _time, lambda: _EPOCH),
+        ("started_at", _optional(_time), type(None)),
+        ("finished_at", _optional(_time), type(None)),
+        ("deadline_at", _optional(_time), type(None)),
+        ("pid", _optional(_int), type(None)),
+    )
+
+
+def _claim_columns(json: _Json) -> tuple[tuple[str, str, Check], ...]:
+    """``(column, field, check)`` for each field of `ClaimedJob`."""
+    return (
+        ("id", "id", _int),
+        ("attempts", "attempt", _int),
+        ("name", "name", _text),
+        ("queue", "queue", _text),
+        ("args", "args", json.mapping_bytes),
+        ("steps", "steps", json.typed(_steps_decoder)),
+        ("max_attempts", "max_attempts", _int),
+        ("timeout", "timeout", _optional(_number)),
+        ("max_memory", "max_memory", _optional(_int)),
+        ("backoff", "backoff", json.typed(_backoff_decoder)),
+        ("deadline_at", "deadline_at", _optional(_number)),
+        ("serial_key", "serial_key", _optional(_text)),
+        ("run_at", "run_at", _number),
+    )
+
+
+# Built once per JSON column type: decoding is on every claim's path.
+_JOB_COLUMNS = {t: _job_columns(_Json(t)) for t in (str, bytes)}
+_CLAIM_COLUMNS = {t: _claim_columns(_Json(t)) for t in (str, bytes)}
 
 
 # -- coming out: whole records -------------------------------------------------------
@@ -215,42 +262,17 @@ def job_info(row: Row, json_type: type[str] | type[bytes]) -> models.JobInfo:
     epoch, or the state ``failed``) and `JobInfo.undecodable` names every
     such column and why.
     """
-    json = _Json(json_type)
+    fields: dict[str, Any] = {}
     problems: list[str] = []
-
-    def take(name: str, check: Callable[[object], T], placeholder: T) -> T:
+    for column, check, placeholder in _JOB_COLUMNS[json_type]:
         try:
-            return _column(row, name, check)
+            fields[column] = check(row[column])
         except Undecodable as exc:
-            problems.append(str(exc))
-            return placeholder
-
-    info = models.JobInfo(
-        id=take("id", _int, 0),
-        name=take("name", _text, ""),
-        queue=take("queue", _text, ""),
-        state=take("state", _state, models.JobState.FAILED),
-        priority=take("priority", _int, 0),
-        attempts=take("attempts", _int, 0),
-        max_attempts=take("max_attempts", _int, 0),
-        args=take("args", json.mapping, {}),
-        result=take("result", _optional(json.value), None),
-        error=take("error", _optional(_text), None),
-        progress=take("progress", _optional(_text), None),
-        fraction=take("fraction", _optional(_number), None),
-        key=take("key", _optional(_text), None),
-        serial_key=take("serial_key", _optional(_text), None),
-        tags=take("tags", json.strings, []),
-        run_at=take("run_at", _time, _EPOCH),
-        created_at=take("created_at", _time, _EPOCH),
-        started_at=take("started_at", _optional(_time), None),
-        finished_at=take("finished_at", _optional(_time), None),
-        deadline_at=take("deadline_at", _optional(_time), None),
-        pid=take("pid", _optional(_int), None),
-    )
+            problems.append(f"column {column}: {exc}")
+            fields[column] = placeholder()
     if problems:
-        return msgspec.structs.replace(info, undecodable="; ".join(problems))
-    return info
+        fields["undecodable"] = "; ".join(problems)
+    return models.JobInfo(**fields)
 
 
 def claimed_job(row: Row, json_type: type[str] | type[bytes]) -> models.ClaimedJob:
@@ -260,22 +282,13 @@ def claimed_job(row: Row, json_type: type[str] | type[bytes]) -> models.ClaimedJ
         Undecodable: naming the first column that does not decode; the job
             must not run.
     """
-    json = _Json(json_type)
-    return models.ClaimedJob(
-        id=_column(row, "id", _int),
-        attempt=_column(row, "attempts", _int),
-        name=_column(row, "name", _text),
-        queue=_column(row, "queue", _text),
-        args=_column(row, "args", json.mapping_bytes),
-        steps=_column(row, "steps", json.typed(_steps_decoder)),
-        max_attempts=_column(row, "max_attempts", _int),
-        timeout=_column(row, "timeout", _optional(_number)),
-        max_memory=_column(row, "max_memory", _optional(_int)),
-        backoff=_column(row, "backoff", json.typed(_backoff_decoder)),
-        deadline_at=_column(row, "deadline_at", _optional(_number)),
-        serial_key=_column(row, "serial_key", _optional(_text)),
-        run_at=_column(row, "run_at", _number),
-    )
+    fields: dict[str, Any] = {}
+    for column, field, check in _CLAIM_COLUMNS[json_type]:
+        try:
+            fields[field] = check(row[column])
+        except Undecodable as exc:
+            raise Undecodable(f"column {column}: {exc}") from None
+    return models.ClaimedJob(**fields)
 
 
 def queue_count(row: Row) -> tuple[str, str, int, float | None] | None:

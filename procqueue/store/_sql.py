@@ -113,6 +113,9 @@ class SqlStore:
         rows = self._db.statement("job_list", params, idempotent=True).rows
         return [_rows.job_info(row, self._json) for row in rows]
 
+    # job_claim and job_record_and_claim repeat base.Store's signatures: the
+    # Protocol declares the seam, and this is its one implementation.
+
     def job_claim(
         self,
         *,

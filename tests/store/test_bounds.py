@@ -22,7 +22,7 @@ from procqueue.models import JobState
 from procqueue.store import sqlite as sqlite_backend
 from procqueue.store.postgres import Bounds, PostgresStore
 from procqueue.store.sqlite import SqliteStore
-from tests.conftest import PG_URL, drop_pg_schema, make_pg_dsn
+from tests.conftest import PG_URL
 from tests.store.factories import BASE, claim_exactly, get, insert_one
 
 BOUND_S = 0.5
@@ -40,15 +40,6 @@ def _fails_within(bound: float, call: Callable[[], object]) -> str:
 
 
 # -- PostgreSQL -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def pg(pg_available: None) -> Iterator[tuple[str, str]]:
-    url, schema = make_pg_dsn()
-    try:
-        yield url, schema
-    finally:
-        drop_pg_schema(schema)
 
 
 @pytest.fixture

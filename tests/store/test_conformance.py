@@ -40,16 +40,6 @@ from tests.store.factories import (
 
 
 @pytest.fixture
-def store(dsn: str) -> Iterator[Store]:
-    s = open_store(dsn)
-    s.migrate(now=BASE)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
 def fresh_dsns(dsn: str) -> Iterator[Callable[[], str]]:
     """Makes more empty databases on `dsn`'s backend (dropped at teardown)."""
     schemas: list[str] = []

@@ -33,16 +33,6 @@ WAIT_S = 10.0
 
 
 @pytest.fixture
-def pg(pg_available: None) -> Iterator[tuple[str, str]]:
-    """A DSN naming a fresh schema, and the schema; dropped afterwards."""
-    url, schema = make_pg_dsn()
-    try:
-        yield url, schema
-    finally:
-        drop_pg_schema(schema)
-
-
-@pytest.fixture
 def store(pg: tuple[str, str]) -> Iterator[PostgresStore]:
     s = PostgresStore(pg[0])
     s.migrate(now=BASE)

@@ -6,7 +6,6 @@ migration taken from the caller, and an older SQLite file upgraded in place.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,6 @@ from tests.store.factories import BASE, get, insert_one
 from tests.store.rawdb import RawDb
 
 Shape = dict[str, Any]
-
-
-@pytest.fixture
-def store(dsn: str) -> Iterator[Store]:
-    s = open_store(dsn)
-    s.migrate(now=BASE)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
-def raw(dsn: str, store: Store) -> Iterator[RawDb]:
-    db = RawDb(dsn)
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 # -- the same schema on both backends ----------------------------------------------

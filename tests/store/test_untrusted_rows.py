@@ -10,7 +10,6 @@ keeps its column types, so there the JSON shapes are wrong.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import hypothesis
@@ -20,7 +19,6 @@ from hypothesis import strategies as st
 
 from procqueue import errors, models
 from procqueue.models import JobState
-from procqueue.store import open_store
 from procqueue.store.base import Store
 from tests.store.factories import BASE, claim, claim_exactly, get, insert_one
 from tests.store.rawdb import RawDb
@@ -86,25 +84,6 @@ def _cases(table: dict[str, list[tuple[str, str, str]]]) -> list[Any]:
         for backend, cases in table.items()
         for n, case in enumerate(cases)
     ]
-
-
-@pytest.fixture
-def store(dsn: str) -> Iterator[Store]:
-    s = open_store(dsn)
-    s.migrate(now=BASE)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
-def raw(dsn: str, store: Store) -> Iterator[RawDb]:
-    db = RawDb(dsn)
-    try:
-        yield db
-    finally:
-        db.close()
 
 
 def _corrupt(raw: RawDb, id_: int, column: str, expression: str) -> None:

@@ -23,16 +23,6 @@ WAIT_S = 10.0
 
 
 @pytest.fixture
-def store(dsn: str) -> Iterator[Store]:
-    s = open_store(dsn)
-    s.migrate(now=BASE)
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
 def other(dsn: str, store: Store) -> Iterator[Store]:
     """A second store on the same database: a supervisor waiting for work."""
     s = open_store(dsn)

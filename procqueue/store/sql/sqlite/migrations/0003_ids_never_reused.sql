@@ -2,7 +2,8 @@
 -- gives a new row the largest id in the table plus one, so pruning the newest
 -- jobs would hand their ids out again. SQLite cannot add AUTOINCREMENT to a
 -- table: the table is rebuilt (create, copy, drop, rename, indexes again),
--- in the migration's one transaction.
+-- in the migration's one transaction. So the columns of 0001 and 0002 and
+-- the indexes are written here again, as they are.
 CREATE TABLE jobs_autoincrement (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     name TEXT NOT NULL,
