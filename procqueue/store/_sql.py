@@ -1,15 +1,10 @@
-"""The one SQL store: every `base.Store` method, written once over named queries.
+"""The one SQL store: every `base.Store` method and the claim algorithm,
+written once over the named queries of ``sql/<backend>/queries.sql`` (the
+same names with the same parameters on both backends).
 
-A backend supplies a `Dialect`: connections and transactions, how a list
-is passed as a parameter, how JSON columns come back, how waiting
-supervisors are woken, and what only it has (PostgreSQL's advisory locks,
-pipelining and schema; SQLite's ``BEGIN IMMEDIATE``). Everything a job
-goes through (insert, claim, fencing, cancel, retry, the failure sweep,
-queues, migrations) is here, so the two backends cannot drift apart.
-
-The statements are the same-named blocks of ``sql/<backend>/queries.sql``
-with the same parameter names; a value passes through the dialect only
-where the two databases differ (lists; booleans bind as they are).
+What differs between the backends sits behind `_dialect.Dialect`; what a
+job goes through (insert, claim, fencing, cancel, retry, the failure sweep,
+queues, migrations, wake-ups) is decided here, so the two cannot drift apart.
 """
 
 from __future__ import annotations
