@@ -157,6 +157,7 @@ _COLUMNS = [f for f in models.JobInfo.__struct_fields__ if f not in ("id", "unde
 def test_any_values_in_any_sqlite_columns_never_break_a_read(
     store: Store, raw: RawDb, values: dict[str, Any]
 ) -> None:
+    raw.execute("DELETE FROM jobs")  # what an earlier example left
     id_ = insert_one(store)
     for column, value in values.items():
         raw.execute(f"UPDATE jobs SET {column} = ? WHERE id = ?", (value, id_))
@@ -166,7 +167,6 @@ def test_any_values_in_any_sqlite_columns_never_break_a_read(
     store.queue_list(now=BASE)
     for claimed in claim(store, count=5, queues=None, now=BASE + 10**12):
         assert claimed.id == id_
-    raw.execute("DELETE FROM jobs")
 
 
 @hypothesis.settings(
@@ -178,13 +178,16 @@ def test_any_values_in_any_sqlite_columns_never_break_a_read(
     column=st.sampled_from(["args", "result", "tags", "steps", "backoff"]),
     value=st.recursive(
         st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.text(_CHARS, max_size=8),
-        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner),
+        lambda inner: (
+            st.lists(inner, max_size=3) | st.dictionaries(st.text(_CHARS, max_size=5), inner)
+        ),
         max_leaves=6,
     ),
 )
 def test_any_json_in_the_json_columns_never_breaks_a_read_or_a_claim(
     store: Store, raw: RawDb, column: str, value: Any
 ) -> None:
+    raw.execute("DELETE FROM jobs")  # what an earlier example left
     id_ = insert_one(store)
     text = msgspec.json.encode(value).decode()
     cast = "::jsonb" if raw.backend == "postgres" and column in ("tags", "steps", "backoff") else ""
@@ -199,7 +202,6 @@ def test_any_json_in_the_json_columns_never_breaks_a_read_or_a_claim(
     else:
         assert after.state == JobState.FAILED
         assert after.error is not None and after.error.startswith("the job's row cannot be")
-    raw.execute("DELETE FROM jobs")
 
 
 # -- claiming -------------------------------------------------------------------------------
