@@ -63,6 +63,11 @@ class JobInfo(msgspec.Struct, frozen=True):
     deadline_at: dt.datetime | None
     pid: int | None = None
     """The child process that ran (or runs) the latest attempt, once known."""
+    undecodable: str | None = None
+    """Set when the job's row holds values that do not decode (a corrupted
+    or hand-edited row): names each such column and why, e.g. ``"column
+    args: invalid JSON"``. Those fields hold placeholders (empty, zero, the
+    epoch, state failed); the others are as stored."""
 
 
 class NewJob(msgspec.Struct, frozen=True):

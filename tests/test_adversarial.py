@@ -55,7 +55,7 @@ class Cluster:
         self.workers = workers
         self.db = cluster.Database.create(backend, folder)
         self.app = hostile_app.using(self.db.dsn)
-        self.app.store.migrate()
+        self.app.store.migrate(now=self.app.clock.now())
         self.sup: cluster.SupervisorProcess | None = None
         self.starts = 0
 

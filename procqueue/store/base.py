@@ -9,7 +9,6 @@ supervisor that lost its lease can never overwrite the one that took over.
 
 from __future__ import annotations
 
-import abc
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
@@ -17,7 +16,7 @@ import msgspec
 
 from procqueue import models
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The schema version this code writes and reads."""
 
 
@@ -53,11 +52,17 @@ class Store(Protocol):
 
     backend: str
 
-    def migrate(self, *, now: float = 0.0) -> int:
-        """Creates or upgrades the schema; returns its version. Safe to race."""
+    def migrate(self, *, now: float) -> int:
+        """Creates or upgrades the schema; returns its version. Safe to race.
+
+        `now` (the caller's clock) is recorded as the time of each migration applied.
+        Raises SchemaTooNew when the database was migrated by newer code.
+        """
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Releases connections and wake-up sockets; calls after it raise StoreError."""
+        ...
 
     def job_insert_many(
         self, *, jobs: Sequence[models.NewJob], now: float, connection: object | None = None
@@ -74,9 +79,14 @@ class Store(Protocol):
         ...
 
     def wake_fileno(self) -> int | None:
-        """A file descriptor that becomes readable when jobs were enqueued
-        (PostgreSQL LISTEN, SQLite datagram socket), or None when there is
-        none now (ask again later; polling covers the gap)."""
+        """A file descriptor that becomes readable when there may be new work
+        for a supervisor (PostgreSQL LISTEN, SQLite datagram socket), or None
+        when there is none now (ask again later; polling covers the gap).
+
+        Every store wakes them after committing an enqueue, a retry, the
+        cancel of a running job (its supervisor should act at once) and the
+        resume of a queue.
+        """
         ...
 
     def wake_drain(self) -> bool:
@@ -208,42 +218,6 @@ class Store(Protocol):
     def queue_list(self, *, now: float) -> list[models.QueueInfo]:
         """Every queue that has jobs or settings, with counts per state."""
         ...
-
-
-class ClaimVia(abc.ABC):
-    """`job_claim` and `job_record_many` as the two halves of a backend's
-    `job_record_and_claim`, so each backend writes that logic once."""
-
-    @abc.abstractmethod
-    def job_record_and_claim(
-        self,
-        *,
-        outcomes: Sequence[models.Outcome],
-        owner: str,
-        queues: Sequence[str] | None,
-        count: int,
-        lease_until: float,
-        now: float,
-    ) -> Cycle:
-        """See `Store.job_record_and_claim`."""
-
-    def job_claim(
-        self,
-        *,
-        owner: str,
-        queues: Sequence[str] | None,
-        count: int,
-        lease_until: float,
-        now: float,
-    ) -> list[models.ClaimedJob]:
-        return self.job_record_and_claim(
-            outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
-        ).claimed
-
-    def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
-        return self.job_record_and_claim(
-            outcomes=outcomes, owner="", queues=None, count=0, lease_until=now, now=now
-        ).lost
 
 
 def choose(candidates: Iterable[Candidate], *, count: int) -> list[int]:

@@ -502,7 +502,7 @@ class Chaos:
             f"work dir {self.work}"
         )
         procfs.set_subreaper()
-        self.app.store.migrate()
+        self.app.store.migrate(now=self.app.clock.now())
         threads = [
             threading.Thread(target=self._track, name="track", daemon=True),
             threading.Thread(target=self._sample, name="sample", daemon=True),
@@ -1181,7 +1181,7 @@ def flood_check(
     folder.mkdir(parents=True, exist_ok=True)
     db = cluster.Database.create(backend, folder)
     app = hostile.app.using(db.dsn)
-    app.store.migrate()
+    app.store.migrate(now=app.clock.now())
     sup = cluster.start_supervisor(
         db.dsn, spec="tests.chaos.hostile", log_path=folder / "flood.log", workers=3, lease=10
     )

@@ -40,16 +40,6 @@ from tests.store.factories import (
 
 
 @pytest.fixture
-def store(dsn: str) -> Iterator[Store]:
-    s = open_store(dsn)
-    s.migrate()
-    try:
-        yield s
-    finally:
-        s.close()
-
-
-@pytest.fixture
 def fresh_dsns(dsn: str) -> Iterator[Callable[[], str]]:
     """Makes more empty databases on `dsn`'s backend (dropped at teardown)."""
     schemas: list[str] = []
@@ -80,8 +70,8 @@ def _all_jobs(store: Store, **filters: Any) -> list[models.JobInfo]:
 
 def test_migrate_twice_is_a_noop_returning_the_same_version(store: Store) -> None:
     id_ = insert_one(store, args={"keep": True})
-    first = store.migrate()
-    second = store.migrate()
+    first = store.migrate(now=BASE)
+    second = store.migrate(now=BASE)
     assert first == second == SCHEMA_VERSION
     assert get(store, id_).args == {"keep": True}
 
@@ -94,7 +84,7 @@ def _open_and_migrate_together(dsn: str, threads: int) -> list[int]:
         barrier.wait(timeout=30)
         s = open_store(dsn)
         try:
-            return s.migrate()
+            return s.migrate(now=BASE)
         finally:
             s.close()
 
@@ -112,7 +102,7 @@ def test_open_and_migrate_are_safe_to_race_on_fresh_databases(
         assert _open_and_migrate_together(target, 4) == [SCHEMA_VERSION] * 4
     s = open_store(target)
     try:
-        assert s.migrate() == SCHEMA_VERSION
+        assert s.migrate(now=BASE) == SCHEMA_VERSION
         (id_,) = insert(s, new_job(args={"after": "race"}))
         assert get(s, id_).args == {"after": "race"}
     finally:

@@ -33,19 +33,9 @@ WAIT_S = 10.0
 
 
 @pytest.fixture
-def pg(pg_available: None) -> Iterator[tuple[str, str]]:
-    """A DSN naming a fresh schema, and the schema; dropped afterwards."""
-    url, schema = make_pg_dsn()
-    try:
-        yield url, schema
-    finally:
-        drop_pg_schema(schema)
-
-
-@pytest.fixture
 def store(pg: tuple[str, str]) -> Iterator[PostgresStore]:
     s = PostgresStore(pg[0])
-    s.migrate()
+    s.migrate(now=BASE)
     try:
         yield s
     finally:
@@ -157,7 +147,7 @@ def test_permission_error_names_the_query(
 
 def test_a_closed_store_raises_store_errors(pg: tuple[str, str]) -> None:
     s = PostgresStore(pg[0])
-    s.migrate()
+    s.migrate(now=BASE)
     s.close()
     with pytest.raises(errors.StoreError):
         s.job_get(id=1)
@@ -178,7 +168,7 @@ def test_migrate_races_from_four_threads(
         s = PostgresStore(pg[0])
         try:
             barrier.wait(timeout=WAIT_S)
-            return s.migrate()
+            return s.migrate(now=BASE)
         finally:
             s.close()
 
@@ -194,7 +184,7 @@ def test_newer_schema_is_refused_naming_both_versions(
     newer = SCHEMA_VERSION + 41
     admin.execute("INSERT INTO procqueue_schema VALUES (%s, 0)", [newer])
     with pytest.raises(errors.SchemaTooNew) as info:
-        store.migrate()
+        store.migrate(now=BASE)
     assert str(newer) in str(info.value)
     assert f"up to {SCHEMA_VERSION}" in str(info.value)
 
@@ -270,7 +260,7 @@ def test_wake_survives_the_listening_connection_being_killed(
     store: PostgresStore, admin: psycopg.Connection[Any]
 ) -> None:
     fd = store.wake_fileno()
-    pid = store._listener.backend_pid()
+    pid = store.listener.backend_pid()
     assert fd is not None and pid is not None
     admin.execute("SELECT pg_terminate_backend(%s)", [pid])
     for _ in range(5):  # the socket turns readable; a drain then notices the loss
@@ -281,7 +271,7 @@ def test_wake_survives_the_listening_connection_being_killed(
         pytest.fail("wake_drain never reported the lost connection")
     old_fd, fd = fd, store.wake_fileno()  # reconnects
     assert fd is not None and fd != old_fd  # so callers comparing numbers re-register
-    assert store._listener.backend_pid() not in (None, pid)
+    assert store.listener.backend_pid() not in (None, pid)
     store.wake_drain()
     insert(store, new_job())
     assert _readable(fd)
@@ -294,7 +284,7 @@ def test_pool_replaces_connections_killed_by_a_restart(
     app_name = f"pq_test_{uuid.uuid4().hex[:8]}"
     s = PostgresStore(f"{pg[0]}&application_name={app_name}")
     try:
-        s.migrate()
+        s.migrate(now=BASE)
         (id_,) = insert(s, new_job())
         s.check_idle = 0.0  # as if the connections had idled past the check threshold
         killed = admin.execute(
@@ -315,7 +305,7 @@ def test_a_busy_connection_killed_is_replaced_without_an_error(
     app_name = f"pq_test_{uuid.uuid4().hex[:8]}"
     s = PostgresStore(f"{pg[0]}&application_name={app_name}")
     try:
-        s.migrate()
+        s.migrate(now=BASE)
         (id_,) = insert(s, new_job())
         s.check_idle = 3600.0  # busy: only the socket tells the connection died
         admin.execute(

@@ -1,6 +1,6 @@
 """The named SQL of both backends stays in step: the same query names (bar
-PostgreSQL-only ``pg_*`` ones), the same parameter names, and every shared
-query used by some store module."""
+backend-only ``pg_*`` and ``sqlite_*`` ones), the same parameter names, and
+every query used by some store module."""
 
 from __future__ import annotations
 
@@ -58,12 +58,17 @@ def test_sqlite_defines_queries_with_bodies(sqlite_queries: dict[str, str]) -> N
     assert not [name for name in sqlite_queries if name.startswith("pg_")]
 
 
+def test_postgres_defines_no_sqlite_only_queries(pg_queries: dict[str, str]) -> None:
+    assert not [name for name in pg_queries if name.startswith("sqlite_")]
+
+
 def test_backends_define_the_same_query_names(
     sqlite_queries: dict[str, str], pg_queries: dict[str, str]
 ) -> None:
     shared_pg = {name for name in pg_queries if not name.startswith("pg_")}
-    assert sorted(set(sqlite_queries) - shared_pg) == [], "missing from postgres"
-    assert sorted(shared_pg - set(sqlite_queries)) == [], "missing from sqlite"
+    shared_sqlite = {name for name in sqlite_queries if not name.startswith("sqlite_")}
+    assert sorted(shared_sqlite - shared_pg) == [], "missing from postgres"
+    assert sorted(shared_pg - shared_sqlite) == [], "missing from sqlite"
 
 
 def test_shared_queries_use_the_same_parameter_names(

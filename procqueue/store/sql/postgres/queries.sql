@@ -1,3 +1,8 @@
+-- The PostgreSQL dialect of every named statement (see procqueue/store/_queries.py).
+-- sql/sqlite/queries.sql defines the same names with the same parameters: each
+-- file holds its dialect's whole statement, so statements where the dialects agree
+-- read the same in both (job_candidates, the longest, shares most of its lines).
+
 -- schema_version_get --
 -- The applied schema version (0 when none).
 SELECT coalesce(max(version), 0) AS version FROM procqueue_schema
@@ -48,6 +53,7 @@ SELECT name, concurrency, paused FROM queues
 -- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
 -- queues at their limit and serial keys already running (so they can't hide the jobs behind them);
 -- `room` is how many more of the queue may start (NULL: no limit).
+-- Mirrors the other dialect's job_candidates line for line (see the top of this file).
 -- Walks the jobs_claim partial index; skips rows another transaction holds.
 SELECT id, queue, serial_key,
        (SELECT q.concurrency - (SELECT count(*) FROM jobs r
@@ -227,3 +233,15 @@ SELECT pg_catalog.set_config('search_path', %(path)s, true)
 -- job_set_pid --
 -- Records which child process runs an attempt (fenced).
 UPDATE jobs SET pid = %(pid)s WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+
+-- job_fail_undecodable --
+-- Fails a job just taken whose row does not decode, in the claim's transaction: it never runs.
+UPDATE jobs
+SET state = 'failed', error = %(error)s::text, finished_at = %(now)s::float8,
+    owner = NULL, lease_until = NULL, cancel_requested = false
+WHERE id = %(id)s AND state = 'running'
+
+-- pg_bounds_set --
+-- Sets this transaction's statement and lock timeouts (milliseconds, as text).
+SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
+       pg_catalog.set_config('lock_timeout', %(ms)s, true)

@@ -1,3 +1,8 @@
+-- The SQLite dialect of every named statement (see procqueue/store/_queries.py).
+-- sql/postgres/queries.sql defines the same names with the same parameters: each
+-- file holds its dialect's whole statement, so statements where the dialects agree
+-- read the same in both (job_candidates, the longest, shares most of its lines).
+
 -- schema_version_get --
 -- The applied schema version (0 when none).
 SELECT coalesce(max(version), 0) AS version FROM procqueue_schema
@@ -46,6 +51,7 @@ SELECT name, concurrency, paused FROM queues
 -- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
 -- queues at their limit and serial keys already running (so they can't hide the jobs behind them);
 -- `room` is how many more of the queue may start (NULL: no limit).
+-- Mirrors the other dialect's job_candidates line for line (see the top of this file).
 SELECT id, queue, serial_key,
        (SELECT q.concurrency - (SELECT count(*) FROM jobs r
                                 WHERE r.state = 'running' AND r.queue = jobs.queue)
@@ -199,3 +205,32 @@ WHERE chores.last_run <= :now - :every
 -- job_set_pid --
 -- Records which child process runs an attempt (fenced).
 UPDATE jobs SET pid = :pid WHERE id = :id AND attempts = :attempt AND state = 'running'
+
+-- job_fail_undecodable --
+-- Fails a job just taken whose row does not decode, in the claim's transaction: it never runs.
+UPDATE jobs
+SET state = 'failed', error = :error, finished_at = :now,
+    owner = NULL, lease_until = NULL, cancel_requested = 0
+WHERE id = :id AND state = 'running'
+
+-- sqlite_wal --
+-- Write-ahead logging: readers never block the writer, nor the writer readers.
+PRAGMA journal_mode=WAL
+
+-- sqlite_tuning --
+-- Per-connection settings, run as one script (see SqliteDialect).
+PRAGMA synchronous=NORMAL;
+PRAGMA wal_autocheckpoint=10000;
+PRAGMA journal_size_limit=67108864
+
+-- sqlite_begin --
+-- Every transaction takes the file's write lock first (waiting up to the busy timeout).
+BEGIN IMMEDIATE
+
+-- sqlite_commit --
+-- Ends a transaction.
+COMMIT
+
+-- sqlite_rollback --
+-- Abandons a transaction.
+ROLLBACK

@@ -32,6 +32,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_until double precision,
     cancel_requested boolean NOT NULL DEFAULT false
 );
+-- (Indexes read the same in sql/sqlite/migrations/0001_initial.sql: their
+-- syntax is common to both dialects.)
 -- The claim path: pending jobs in claim order (job_candidates walks it).
 CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority DESC, run_at, id) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS jobs_running ON jobs (owner, queue) WHERE state = 'running';

@@ -29,6 +29,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     lease_until REAL,
     cancel_requested INTEGER NOT NULL DEFAULT 0
 );
+-- (Indexes read the same in sql/postgres/migrations/0001_initial.sql: their
+-- syntax is common to both dialects.)
 -- The claim path: pending jobs in claim order.
 CREATE INDEX IF NOT EXISTS jobs_claim ON jobs (priority DESC, run_at, id) WHERE state = 'pending';
 CREATE INDEX IF NOT EXISTS jobs_running ON jobs (owner, queue) WHERE state = 'running';
