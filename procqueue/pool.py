@@ -45,6 +45,9 @@ class Death:
     reason: str
     retired: bool
     killed: bool
+    frames: tuple[protocol.Message, ...] = ()
+    """What it wrote before it died and was not read yet: acted on before the death."""
+    problem: str | None = None
 
 
 class Pool:
@@ -117,6 +120,10 @@ class Pool:
             for s in self._slots
             if s.process is not None and s.process.ready and not (s.dead or s.retiring or s.killing)
         ]
+
+    def stopping(self, index: int) -> bool:
+        """Whether the child was told to stop or killed (it takes no new job)."""
+        return self._slot(index).killing
 
     def any_dead(self) -> bool:
         return any(s.dead for s in self._slots)
@@ -200,29 +207,32 @@ class Pool:
 
     # -- actions ------------------------------------------------------------
 
-    def terminate(self, index: int) -> None:
-        """SIGTERM to the child's process tree, with no escalation (a drain
-        asks first; `kill` ends it later)."""
+    def stop(self, index: int, job_id: int, *, grace: float | None) -> None:
+        """Asks the child to end job `job_id` (a Stop frame: the job's tree
+        gets SIGTERM, the job sees `cx.cancelled`), and SIGKILLs the tree
+        after `grace` seconds unless it ended (None: no escalation; at once
+        when 0). The child takes no new job and is replaced once reaped."""
         slot = self._slot(index)
-        if slot.process is not None:
-            slot.killing = True  # it exits after its job: no new one
-            slot.process.signal_tree(signal.SIGTERM)
-
-    def kill(self, index: int, *, grace: float) -> None:
-        """Ends the child's process tree: SIGTERM now and SIGKILL after
-        `grace` seconds (at once when `grace` is 0). The child takes no new
-        job and is replaced once reaped. Calling again can only shorten it."""
-        slot = self._slot(index)
-        child = slot.process
-        if child is None:
+        if slot.process is None:
             return
         slot.killing = True
-        if grace <= 0:
-            child.signal_tree(signal.SIGKILL)
-            slot.kill_at = None
-        elif slot.kill_at is None:
-            child.signal_tree(signal.SIGTERM)
+        if grace is not None and grace <= 0:
+            self.kill(index)
+            return
+        if not self.send(index, protocol.Stop(job_id=job_id)):
+            self.kill(index)
+            return
+        if grace is not None and slot.kill_at is None:
             slot.kill_at = self.clock.monotonic() + grace
+
+    def kill(self, index: int) -> None:
+        """SIGKILLs the child's whole process tree at once."""
+        slot = self._slot(index)
+        if slot.process is None:
+            return
+        slot.killing = True
+        slot.kill_at = None
+        slot.process.signal_tree(signal.SIGKILL)
 
     def escalate(self, now: float) -> None:
         """SIGKILLs the trees of children whose grace after SIGTERM has passed."""
@@ -274,7 +284,18 @@ class Pool:
                     )
             # What the job started may outlive it: a tree ends with its child.
             child.signal_tree(signal.SIGKILL)
-            deaths.append(Death(slot.index, child.pid, reason, slot.retiring, slot.killing))
+            frames, problem = self.read(slot.index) if child.ready else ([], None)
+            deaths.append(
+                Death(
+                    slot.index,
+                    child.pid,
+                    reason,
+                    slot.retiring,
+                    slot.killing,
+                    tuple(frames),
+                    problem,
+                )
+            )
             self._release(slot, job_of.get(slot.index))
             if self.respawn:
                 self._spawn(slot)

@@ -194,6 +194,8 @@ class Supervisor:
         that is due (never waited on here)."""
         self.db.deliver()
         for death in self.pool.reap(self.attempts.job_of()):
+            for message in death.frames:  # a reply may be all that is left of a job
+                self._frame(death.child, message)
             self.attempts.died(death)
         self.pool.escalate(now)
         self.limits.enforce(now, wall=self.clock.now(), margin=self._margin())
@@ -290,12 +292,15 @@ class Supervisor:
             return
         messages, problem = self.pool.read(index)
         for message in messages:
-            if isinstance(message, protocol.Step):
-                self.writes.step(index, message)
-            else:
-                self.attempts.message(index, message)
+            self._frame(index, message)
         if problem is not None:
             self.attempts.protocol_error(index, problem)
+
+    def _frame(self, index: int, message: protocol.Message) -> None:
+        if isinstance(message, protocol.Step):
+            self.writes.step(index, message)
+        else:
+            self.attempts.message(index, message)
 
     def _listen(self) -> None:
         """Drains and (re-)opens the store's wake-up descriptor on the database
