@@ -34,12 +34,13 @@ Durations on the 2-core reference machine: the repetitions ~13 min, the
 Creates a virtual environment of its own (``--venv``, default
 ``/tmp/procqueue-bench-venv``), never touching the project's, and installs
 procqueue (editable, from this checkout), procrastinate, pgqueuer, Celery,
-RQ, Huey, matplotlib and py-spy into it; then re-runs itself with that
-interpreter, so every system runs in one interpreter environment. Starts
-PostgreSQL and Redis if they are down (and says so).
+RQ, Huey (with peewee and psycopg2 for its SQL storage), matplotlib and
+py-spy into it; then re-runs itself with that interpreter, so every system
+runs in one interpreter environment. Starts PostgreSQL and Redis if they are
+down (and says so).
 
 Every system runs the job bodies of ``scripts/bench_jobs.py``; each job
-appends a 40-byte record (kind, seq, pid, start, end) to one file with one
+appends a 48-byte record (kind, seq, pid, start, end, cpu) to one file with one
 O_APPEND write, and all figures come from those records. Writes
 docs/benchmarks.json, docs/benchmarks.md and docs/img/bench-*.png.
 """
@@ -1166,7 +1167,9 @@ def _frame_name(frame: str) -> tuple[str, str]:
     """("function", "file") of a py-spy raw frame ``function (path:line)``."""
     func, _, where = frame.partition(" (")
     path = where.rsplit(":", 1)[0].rstrip(")")
-    for marker in ("site-packages/", "/work/main/", "lib/python3.11/"):
+    if "/procqueue/" in path and "site-packages/" not in path:  # the checkout measured
+        return func.strip(), "procqueue/" + path.split("/procqueue/", 1)[1]
+    for marker in ("site-packages/", "lib/python3.11/"):
         if marker in path:
             path = path.split(marker, 1)[1]
             break
@@ -1457,8 +1460,10 @@ def versions() -> dict[str, str]:
         "kombu",
         "rq",
         "huey",
+        "peewee",
         "redis",
         "psycopg",
+        "psycopg2-binary",
         "psycopg-pool",
         "asyncpg",
         "msgspec",
@@ -2365,9 +2370,10 @@ def render_markdown(result: dict[str, Any], charts: list[Path], md_dir: Path) ->
     add("## How it is measured\n")
     add(
         f"""- Every system runs the same job bodies (`scripts/bench_jobs.py`), registered through
-  its own API; each job appends one 40-byte record (kind, seq, pid, start, end;
-  `time.monotonic()`) to one file with a single `O_APPEND` write, and every figure below is
-  computed from those records, so the measurement path is identical for all systems.
+  its own API; each job appends one 48-byte record (kind, seq, pid, start and end by
+  `time.monotonic()`, the CPU-heavy job's CPU time) to one file with a single `O_APPEND`
+  write, and every figure below is computed from those records, so the measurement path is
+  identical for all systems.
 - Each run gets a clean state — a fresh PostgreSQL schema, a flushed Redis database (db 9), a
   fresh SQLite file — and its own worker processes, which are started, warmed with one
   no-op per slot, and stopped afterwards. Repetitions are interleaved (every system once, then
