@@ -159,7 +159,7 @@ FULL = Sizes(
     long_children=8,
     long_job_s=1.0,
     pending_per_child=(10, 100, 1000),
-    fresh_child_jobs=400,
+    fresh_child_jobs=300,
 )
 QUICK = Sizes(
     reps=1,
@@ -1327,7 +1327,9 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             {"target": name, "value": value, "met": met, "detail": detail, "source": source}
         )
 
-    def drain_ratio(pq_name: str, peer: str, goal: float, label: str, source: str) -> None:
+    def drain_ratio(
+        pq_name: str, peer: str, goal: float, label: str, source: str, peer_label: str = ""
+    ) -> None:
         stat = ratios.get(pq_name, {}).get("throughput_noop", {}).get("drain_jobs_s", {}).get(peer)
         cut = sum(
             1
@@ -1351,16 +1353,20 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         if cut:
             detail += f"; {cut} of the runs compared did not finish (rate over the time run)"
         add(
-            f"no-op drain, {label} >= {goal:g}x {peer}",
+            f"no-op drain, {label} >= {goal:g}x {peer_label or peer}",
             stat and round(stat["median"], 2),
             None if stat is None else stat["median"] >= goal,
             detail,
             source,
         )
 
-    drain_ratio("procqueue-pg", "pgqueuer", 1.0, "PostgreSQL", "issue 13")
-    drain_ratio("procqueue-pg", "huey-pg", 1.5, "PostgreSQL", "issue 13")
-    drain_ratio("procqueue-sqlite", "huey-redis", 2.0, "SQLite", "issue 13")
+    drain_ratio("procqueue-pg", "pgqueuer", 1.0, "PostgreSQL", "issue 13", "pgqueuer (one process)")
+    drain_ratio(
+        "procqueue-pg", "huey-pg", 1.5, "PostgreSQL", "issue 13", "Huey on PostgreSQL (huey-pg)"
+    )
+    drain_ratio(
+        "procqueue-sqlite", "huey-redis", 2.0, "SQLite", "issue 13", "Huey on Redis (huey-redis)"
+    )
     for system, limit in (("procqueue-pg", 1.5), ("procqueue-sqlite", 1.0)):
         v = _med(s, "latency", system, "p50_ms")
         add(
@@ -1824,7 +1830,7 @@ def write_charts(result: dict[str, Any], img_dir: Path) -> list[Path]:
         ax.grid(axis="x", which="both", alpha=0.3)
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    bars(axes[0], "throughput_noop", "drain_jobs_s", "No-op drain (2 worker slots)")
+    bars(axes[0], "throughput_noop", "drain_jobs_s", "No-op drain (2 worker slots; pgqueuer-2p 4)")
     bars(axes[1], "crashy", "drain_jobs_s", "Crashy drain: 2% of jobs segfault")
     fig.suptitle(f"Throughput — {subtitle}", fontsize=10)
     fig.tight_layout()
@@ -2251,9 +2257,11 @@ def render_markdown(result: dict[str, Any], charts: list[Path], md_dir: Path) ->
             "storm is that minus the supervisor's idle CPU (measured for as long before). The "
             "other jobs' latency is measured by no-op probes sent one at a time (10-30 ms "
             "apart) to the other child during a second series of storm jobs, and compared "
-            "with the same probes without a storm. procqueue only: the peers have no "
-            "progress call of this kind (pgqueuer, Huey, procrastinate, Celery and RQ "
-            "offer no per-job progress channel to a supervising process).\n"
+            "with the same probes without a storm. procqueue only: none of the peers has an "
+            "equivalent. Where a peer's job can report progress at all (Celery's "
+            "`update_state`, RQ's `job.meta` and `save_meta()`), the job writes to the broker "
+            "or result backend itself, with no supervising process in between whose cost "
+            "could be compared.\n"
         )
         add(
             "| backend | progress calls/s | supervisor % of a core: idle → storm (cost) "
