@@ -284,6 +284,7 @@ class Supervisor:
             else:  # the store's wake-up socket: drained on the database thread
                 self.selector.unregister(key.fd)
                 self._listen_fd = None
+                self.claims.want = True  # the claim follows the drain on that thread
                 self._listen()
             return
         index, kind = key.data
