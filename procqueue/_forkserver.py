@@ -344,25 +344,13 @@ class ForkServer:
     def __init__(self, spec: str, env: dict[str, str] | None = None) -> None:
         self.spec = spec
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        template_env = dict(os.environ if env is None else env)
-        template_env["PYTHONUNBUFFERED"] = "1"
         try:
-            self.popen = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "procqueue.child",
-                    "--template",
-                    spec,
-                    str(os.getpid()),
-                    str(theirs.fileno()),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
+            self.popen = _process.popen_child(
+                ["--template", spec, str(os.getpid()), str(theirs.fileno())],
+                env=env,
                 pass_fds=(theirs.fileno(),),
-                start_new_session=True,
-                close_fds=True,
-                env=template_env,
+                stdout=subprocess.DEVNULL,
+                stderr=None,  # the supervisor's: what goes wrong before a child exists
             )
         except BaseException:
             ours.close()
@@ -484,8 +472,9 @@ class ForkServer:
         self._pump(left)
 
     def _pump(self, timeout: float | None) -> None:
-        """Handles every message waiting, after waiting up to `timeout` s
-        (None: for ever) for the first."""
+        """Handles the messages waiting, after waiting up to `timeout` s
+        (None: for ever) for the first; stops after a spawn's reply, so that
+        the child is known before its exit is read."""
         if self._sock.fileno() < 0:
             return
         if timeout != 0.0 and not select.select([self._sock], [], [], timeout)[0]:
@@ -502,9 +491,11 @@ class ForkServer:
                 self._died("its template is gone")
                 self._sock.close()
                 return
-            self._handle(data, fds)
+            if self._handle(data, fds):
+                return
 
-    def _handle(self, data: bytes, fds: list[int]) -> None:
+    def _handle(self, data: bytes, fds: list[int]) -> bool:
+        """Takes one message in; True if it answered the spawn waiting."""
         kind = data[:1]
         if kind == b"X" and len(data) == _EXITED.size:
             _, pid, code = _EXITED.unpack(data)
@@ -515,11 +506,12 @@ class ForkServer:
             _, request, pid = _SPAWNED.unpack(data)
             if request == self._requests:  # not one whose spawn gave up
                 self._replies[request] = (pid, fds[0] if fds else None)
-                return
+                return True
         elif kind == b"F" and len(data) >= _FAILED.size:
             _, request = _FAILED.unpack(data[: _FAILED.size])
             if request == self._requests:
                 self._replies[request] = data[_FAILED.size :].decode("utf-8", "replace")
+                return True
         elif kind == _READY:
             self._started = True
         elif kind == _LOAD_ERROR:
@@ -527,3 +519,4 @@ class ForkServer:
             self._died(f"its template could not load the app: {why}")
         for fd in fds:  # a reply nobody waits for any more
             os.close(fd)
+        return False

@@ -207,33 +207,43 @@ class ChildBase:
                 os.close(fd)
 
 
+def popen_child(
+    args: list[str],
+    *,
+    env: dict[str, str] | None,
+    pass_fds: tuple[int, ...],
+    stdout: int,
+    stderr: int | None,
+) -> subprocess.Popen[bytes]:
+    """``python -m procqueue.child ARGS``, started clean in its own session
+    with only `pass_fds` (and /dev/null, `stdout`, `stderr`) open."""
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.Popen(
+        [sys.executable, "-m", "procqueue.child", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        pass_fds=pass_fds,
+        start_new_session=True,  # its own group: a terminal's ^C reaches only us
+        close_fds=True,
+        env=child_env,
+    )
+
+
 class ChildProcess(ChildBase):
     """A child spawned clean: a fresh interpreter that imports the app."""
 
     def __init__(self, *, spec: str, index: int, env: dict[str, str] | None = None) -> None:
         pipes = ChildPipes()
         to_child_r, from_child_w, out_w, err_w = pipes.child_ends()
-        child_env = dict(os.environ if env is None else env)
-        child_env["PYTHONUNBUFFERED"] = "1"
         try:
-            self.popen = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "procqueue.child",
-                    spec,
-                    str(index),
-                    str(os.getpid()),
-                    str(to_child_r),
-                    str(from_child_w),
-                ],
-                stdin=subprocess.DEVNULL,
+            self.popen = popen_child(
+                [spec, str(index), str(os.getpid()), str(to_child_r), str(from_child_w)],
+                env=env,
+                pass_fds=(to_child_r, from_child_w),
                 stdout=out_w,
                 stderr=err_w,
-                pass_fds=(to_child_r, from_child_w),
-                start_new_session=True,  # its own group: a terminal's ^C reaches only us
-                close_fds=True,
-                env=child_env,
             )
         except BaseException:
             pipes.close_all()
