@@ -78,6 +78,9 @@ _MAX_MESSAGE = 4096
 _READY = b"R"
 _LOAD_ERROR = b"E"
 """Template -> supervisor, once: the app is loaded (b"R"), or b"E" + why not."""
+REPORT_GRACE = 1.0
+"""How long a forked child may be seen ended (its pidfd) before its exit is
+reported; past it, its status is `_process.STATUS_LOST` (a stuck template)."""
 SPAWN_TIMEOUT = 30.0
 """How long `ForkServer.spawn` waits by default, the template's start included."""
 
@@ -283,6 +286,8 @@ class ForkedChild(_process.ChildBase):
         self._server = server
         self._pidfd = pidfd
         self.returncode: int | None = None
+        self._gone_at: float | None = None
+        """When the process was first seen ended without its exit reported."""
 
     def _exited(self, returncode: int) -> None:
         self.returncode = returncode
@@ -293,37 +298,43 @@ class ForkedChild(_process.ChildBase):
             os.close(self._pidfd)
             self._pidfd = None
 
-    def _gone(self, timeout: float) -> bool:
-        """Whether the process has ended, waiting up to `timeout` s (for
-        when the template, which would report it, is gone)."""
+    def _gone(self) -> bool:
+        """Whether the process has ended (never blocks)."""
         if self._pidfd is not None:
-            return bool(select.select([self._pidfd], [], [], timeout)[0])
+            return bool(select.select([self._pidfd], [], [], 0)[0])
         try:
             os.kill(self.pid, 0)
         except ProcessLookupError:
             return True
         except PermissionError:
             return False
-        time.sleep(min(timeout, 0.01))
-        return False
+        return False  # a zombie the template did not reap yet is not gone
 
     def poll(self) -> int | None:
         if self.returncode is None:
             self._server._pump(0.0)
-            if self.returncode is None and self._server.dead and self._gone(0.0):
+        if self.returncode is None and self._gone():
+            # Ended, but not reported: the template is gone, or stuck.
+            now = time.monotonic()
+            if self._gone_at is None:
+                self._gone_at = now
+            if self._server.dead or now - self._gone_at >= REPORT_GRACE:
                 self._exited(_process.STATUS_LOST)
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
         give_up = None if timeout is None else time.monotonic() + timeout
         while self.poll() is None:
-            left = None if give_up is None else give_up - time.monotonic()
-            if left is not None and left <= 0:
+            step = REPORT_GRACE if give_up is None else min(give_up - time.monotonic(), 1.0)
+            if step <= 0:
                 return None
-            if not self._server.dead:
-                self._server._pump(left)  # the template reports the exit
-            elif self._gone(1.0 if left is None else min(left, 1.0)):
-                self._exited(_process.STATUS_LOST)
+            watch = [] if self._server.dead else [self._server.fileno()]
+            if self._pidfd is not None and self._gone_at is None:
+                watch.append(self._pidfd)
+            if watch:
+                select.select(watch, [], [], step)
+            else:
+                time.sleep(min(step, 0.01))
         return self.returncode
 
     def close(self) -> None:

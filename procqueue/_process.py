@@ -27,8 +27,9 @@ def _nonblocking(fd: int) -> None:
 
 
 STATUS_LOST = -256
-"""`poll()` of a forked child that ended after its fork server's template
-died: nobody could collect its exit status (not a signal number)."""
+"""`poll()` of a forked child that ended while its fork server's template
+was dead or stuck: its exit status could not be collected (not a signal
+number)."""
 
 
 def exit_reason(returncode: int) -> str:

@@ -20,7 +20,7 @@ import msgspec
 import pytest
 
 from procqueue import _process, protocol
-from procqueue._forkserver import ForkedChild, ForkServer, ForkServerError
+from procqueue._forkserver import REPORT_GRACE, ForkedChild, ForkServer, ForkServerError
 from procqueue.testing import wait_until
 from tests.chaos import procfs
 
@@ -125,6 +125,12 @@ def test_a_forked_child_says_hello_runs_jobs_and_exits_0_on_shutdown(server: For
         assert child.wait(10) == 0
         assert child.poll() == 0
         assert child.read_messages() == [] and child.eof
+
+
+def test_a_forked_child_holds_no_database_code(server: ForkServer) -> None:
+    with forked(server) as talk:
+        prefixes = ["procqueue.store", "procqueue.client", "psycopg", "sqlite3"]
+        assert talk.result("loaded", prefixes=prefixes) == []
 
 
 def test_a_forked_child_killed_reports_the_signal_and_its_tree_goes_too(
@@ -249,3 +255,22 @@ def test_closing_the_fork_server_ends_the_template_with_0(server: ForkServer) ->
     assert not server.alive()
     with pytest.raises(ForkServerError, match="closed"):
         server.spawn(1)
+
+
+def test_a_stuck_template_fails_spawn_in_time_and_loses_only_exit_statuses(
+    server: ForkServer,
+) -> None:
+    with forked(server) as talk:
+        child = talk.child
+        os.kill(server.pid, signal.SIGSTOP)
+        try:
+            assert child.send(protocol.Shutdown())
+            started = time.monotonic()
+            assert child.wait(10) == _process.STATUS_LOST
+            assert time.monotonic() - started >= REPORT_GRACE * 0.9
+            with pytest.raises(ForkServerError, match="did not fork a child in time"):
+                server.spawn(2, timeout=0.2)
+            assert not server.alive()
+        finally:
+            os.kill(server.pid, signal.SIGCONT)
+    assert server.popen.wait(10) == -signal.SIGKILL

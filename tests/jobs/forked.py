@@ -55,3 +55,9 @@ def tree(marker: str) -> None:
     Path(marker).write_text(" ".join(str(p.pid) for p in procs))
     while True:
         time.sleep(0.05)
+
+
+@app.job
+def loaded(prefixes: list[str]) -> list[str]:
+    """The modules loaded whose names start with one of `prefixes`."""
+    return sorted(m for m in sys.modules if m.startswith(tuple(prefixes)))
