@@ -477,8 +477,8 @@ class ForkServer:
     def _pump_until(self, give_up: float, what: str) -> None:
         left = give_up - time.monotonic()
         if left <= 0:
-            self._died(f"its template did not {what} in time")
             self.popen.kill()
+            self._died(f"its template did not {what} in time")
             self._check()
         self._pump(left)
 

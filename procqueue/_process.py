@@ -102,11 +102,14 @@ class ChildPipes:
         return (self.to_child_r, self.from_child_w, self.out_w, self.err_w)
 
     def close_child_ends(self) -> None:
+        """Once the child has them (a second call does nothing)."""
         for fd in self.child_ends():
-            with contextlib.suppress(OSError):
+            if fd >= 0:
                 os.close(fd)
+        self.to_child_r = self.from_child_w = self.out_w = self.err_w = -1
 
     def close_all(self) -> None:
+        """When no child came of them."""
         self.close_child_ends()
         for fd in (self.wfd, self.rfd, self.out_fd, self.err_fd):
             with contextlib.suppress(OSError):
@@ -132,6 +135,7 @@ class ChildBase:
         self.relays = {self.out_fd: OutputRelay("stdout"), self.err_fd: OutputRelay("stderr")}
         self.ready = False
         self.eof = False
+        self.closed = False
 
     def fds(self) -> tuple[int, int, int]:
         return (self.rfd, self.out_fd, self.err_fd)
@@ -202,7 +206,11 @@ class ChildBase:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Closes the supervisor's ends (a still-running child sees EOF and exits)."""
+        """Closes the supervisor's ends (a still-running child sees EOF and
+        exits). Once: a second close must not hit a reused fd number."""
+        if self.closed:
+            return
+        self.closed = True
         for fd in (self.wfd, self.rfd, self.out_fd, self.err_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
