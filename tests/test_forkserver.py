@@ -272,5 +272,6 @@ def test_a_stuck_template_fails_spawn_in_time_and_loses_only_exit_statuses(
                 server.spawn(2, timeout=0.2)
             assert not server.alive()
         finally:
-            os.kill(server.pid, signal.SIGCONT)
+            if server.popen.poll() is None:
+                os.kill(server.pid, signal.SIGCONT)
     assert server.popen.wait(10) == -signal.SIGKILL
