@@ -369,6 +369,7 @@ class ForkServer:
         finally:
             theirs.close()
         self._sock = ours
+        self._eof = False
         self._started = False
         self._error: str | None = None
         """Why spawning no longer works, once it does not."""
@@ -389,7 +390,9 @@ class ForkServer:
 
     def fileno(self) -> int:
         """The socket to the template: readable when it has something to say
-        (an exit to report); a loop may select on it, then call `pump`."""
+        (an exit to report, its end); a loop may select on it, then call
+        `pump`. Valid until `close` (unregister it first); once `dead`, it
+        stays readable: unregister it then."""
         return self._sock.fileno()
 
     def pump(self) -> None:
@@ -486,21 +489,22 @@ class ForkServer:
         """Handles the messages waiting, after waiting up to `timeout` s
         (None: for ever) for the first; stops after a spawn's reply, so that
         the child is known before its exit is read."""
-        if self._sock.fileno() < 0:
+        if self._eof or self._sock.fileno() < 0:
             return
         if timeout != 0.0 and not select.select([self._sock], [], [], timeout)[0]:
             return
-        while self._sock.fileno() >= 0:
+        while True:
             try:
                 data, fds = _recv(self._sock, 1, socket.MSG_DONTWAIT)
             except BlockingIOError:
                 return
             except OSError as exc:
+                self._eof = True
                 self._died(f"its socket failed ({exc})")
                 return
-            if not data:
+            if not data:  # the socket stays open (and selectable) until close()
+                self._eof = True
                 self._died("its template is gone")
-                self._sock.close()
                 return
             if self._handle(data, fds):
                 return
