@@ -28,7 +28,11 @@ most of the cost of a job. A fork server pays it once:
   supervisor ends, whether or not the template still lives. If the template
   dies, `ForkServer.spawn` raises `ForkServerError` (the pool falls back to
   a clean child); its children run on, and when one ends its status is
-  lost with the template (`poll` says `_process.STATUS_LOST`).
+  lost with the template (`poll` says `_process.STATUS_LOST`; also when a
+  stuck template does not report an exit the pidfd shows within
+  `REPORT_GRACE`).
+- The supervision loop selects on `ForkServer.fileno` and calls `pump` to
+  take exits in as they come; `poll` and `wait` pump too.
 
 Clean: every child forks from a template that never ran a job, so no job
 sees what another job did. What the app's modules build *at import* is
@@ -39,10 +43,13 @@ threads, or opens a connection, should not use a fork server). Job code
 runs only after the fork, in the child. The template freezes its objects
 (`gc.freeze`) so that children's collections do not copy its pages.
 
-A forked child differs from a clean one in what Python does at its start:
-its ``sys.argv`` is the template's, its random generators are reseeded by
-the fork (as Python does on every fork), and ``__main__`` is
-``procqueue.child`` in both.
+A forked child differs from a clean one in what Python does at its start
+and end: its ``sys.argv`` is the template's (``__main__`` is
+``procqueue.child`` in both), its random generators are reseeded by the
+fork (as Python does on every fork), and it exits without tearing down the
+objects it was forked with (that would copy every page of them): it joins
+non-daemon threads, runs ``atexit`` functions and flushes its output, as
+the interpreter does, then ``os._exit``.
 """
 
 from __future__ import annotations
@@ -387,6 +394,11 @@ class ForkServer:
     def dead(self) -> bool:
         """Whether the template is gone (or failed to start): no report will come."""
         return self._error is not None
+
+    @property
+    def error(self) -> str | None:
+        """Why the fork server is unusable (None while it works)."""
+        return self._error
 
     def fileno(self) -> int:
         """The socket to the template: readable when it has something to say
