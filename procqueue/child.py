@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from procqueue import _proctree, errors, protocol, runner
-from procqueue.app import load_app
+from procqueue.app import App, load_app
 
 PROGRESS_EVERY_S = 0.25
 """At most one progress frame per job per this many seconds; the last value
@@ -278,6 +278,12 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
         hello = protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=str(exc))
         protocol.write_all(wfd, protocol.encode(hello))
         return 1
+    return serve_app(app, spec, index, rfd, wfd)
+
+
+def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
+    """The child's life once `app` is loaded (`serve`, or forked from a fork
+    server's template): hello, then jobs until Shutdown or EOF."""
     protocol.write_all(
         wfd, protocol.encode(protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION))
     )
@@ -339,11 +345,29 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--template"]:  # a fork server's template (procqueue._forkserver)
+        from procqueue import _forkserver
+
+        return _forkserver.template_main(argv[1:])
     spec, index, parent, rfd, wfd = argv
     if os.getppid() != int(parent):  # the supervisor died before we started
         return 1
     try:
         return serve(spec, int(index), int(rfd), int(wfd))
+    except (BrokenPipeError, errors.ProtocolError) as exc:
+        print(f"procqueue child: {exc}", file=sys.stderr)
+        return 3
+
+
+def forked_main(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
+    """A child forked from a fork server's template (``procqueue._forkserver``),
+    which loaded `app` and never ran a job: what `main` and `serve` do around
+    `serve_app`, without loading the app again. Returns the exit code."""
+    _set_title(f"procqueue child {index} starting")
+    _raise_oom_score()  # inherited from the template, but not to rely on
+    _proctree.become_subreaper()  # never inherited across fork
+    try:
+        return serve_app(app, spec, index, rfd, wfd)
     except (BrokenPipeError, errors.ProtocolError) as exc:
         print(f"procqueue child: {exc}", file=sys.stderr)
         return 3

@@ -54,6 +54,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "app",
             "child",
             "_process",
+            "_forkserver",
             "pool",
             "demo_jobs",
         },
