@@ -346,9 +346,9 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--template"]:  # a fork server's template (procqueue._forkserver)
-        from procqueue import _forkserver
+        from procqueue import _template
 
-        return _forkserver.template_main(argv[1:])
+        return _template.template_main(argv[1:])
     spec, index, parent, rfd, wfd = argv
     if os.getppid() != int(parent):  # the supervisor died before we started
         return 1

@@ -13,18 +13,23 @@ import selectors
 import signal
 from dataclasses import dataclass
 
-from procqueue import _clock, _process, config, errors, events, protocol
+from procqueue import _clock, _forkserver, _process, config, errors, events, protocol
 
 log = logging.getLogger("procqueue.supervisor")
 
 STARTUP_FAILURES_MAX = 5
 """Children that die before saying hello, in a row, before the supervisor gives up."""
+FORK_TIMEOUT = 2.0
+"""How long a fork from the fork server may take before the pool starts the
+child clean (and drops that template)."""
+FORKSERVER_RETRY_S = 5.0
+"""A new template at most this often after one died or failed."""
 
 
 @dataclass
 class _Slot:
     index: int
-    process: _process.ChildProcess | None = None
+    process: _process.ChildBase | None = None
     jobs_run: int = 0
     retiring: bool = False
     """Told to shut down after its job (recycling): takes no new job."""
@@ -52,7 +57,8 @@ class Death:
 
 class Pool:
     """N slots whose children are registered in the supervisor's selector
-    with data ``(index, "proto" | "out" | "err")``."""
+    with data ``(index, "proto" | "out" | "err")``; the fork server's socket
+    with ``(0, "fork")``."""
 
     def __init__(
         self,
@@ -72,16 +78,57 @@ class Pool:
         self._startup_failures = 0
         self.respawn = True
         """Whether a child that exits is replaced (not while stopping)."""
+        self.forkserver: _forkserver.ForkServer | None = None
+        """Children come warm from its template once it loaded the app; clean
+        before that, and while it is down."""
+        self._forkserver_down_at: float | None = None
 
     def start(self) -> None:
+        self._start_forkserver()
         for slot in self._slots:
             self._spawn(slot)
+
+    def _start_forkserver(self) -> None:
+        self.forkserver = _forkserver.ForkServer(self.spec)
+        self.selector.register(self.forkserver.fileno(), selectors.EVENT_READ, (0, "fork"))
+        self._forkserver_down_at = None
+
+    def _drop_forkserver(self) -> None:
+        fs = self.forkserver
+        if fs is None:
+            return
+        self.selector.unregister(fs.fileno())
+        fs.close()
+        self.forkserver = None
+        self._forkserver_down_at = self.clock.monotonic()
+
+    def pump_forkserver(self) -> None:
+        """The fork server's socket is readable: exits to take in, or its end."""
+        fs = self.forkserver
+        if fs is not None:
+            fs.pump()
+            if fs.dead:
+                log.warning("fork server: %s; children start clean for now", fs.error)
+                self._drop_forkserver()
+
+    def _new_child(self, index: int) -> _process.ChildBase:
+        down = self._forkserver_down_at
+        if down is not None and self.clock.monotonic() - down >= FORKSERVER_RETRY_S:
+            self._start_forkserver()
+        fs = self.forkserver
+        if fs is not None and fs.ready():
+            try:
+                return fs.spawn(index, timeout=FORK_TIMEOUT)
+            except _forkserver.ForkServerError as exc:
+                log.warning("%s; starting child %d clean", exc, index)
+                self._drop_forkserver()
+        return _process.ChildProcess(spec=self.spec, index=index)
 
     def _slot(self, index: int) -> _Slot:
         return self._slots[index - 1]
 
     def _spawn(self, slot: _Slot) -> None:
-        child = _process.ChildProcess(spec=self.spec, index=slot.index)
+        child = self._new_child(slot.index)
         slot.process = child
         slot.dead = slot.retiring = slot.killing = False
         slot.jobs_run = 0
@@ -312,10 +359,8 @@ class Pool:
             child = slot.process
             if child is None:
                 continue
-            try:
-                child.popen.wait(timeout=max(0.0, give_up - self.clock.monotonic()))
-            except Exception:
-                pass
+            child.wait(timeout=max(0.0, give_up - self.clock.monotonic()))
             child.signal_tree(signal.SIGKILL)
-            child.popen.wait()
+            child.wait()
             self._release(slot, None)
+        self._drop_forkserver()

@@ -288,6 +288,9 @@ class Supervisor:
                 self._listen()
             return
         index, kind = key.data
+        if kind == "fork":
+            self.pool.pump_forkserver()
+            return
         if kind != "proto":
             self.pool.relay(index, key.fd, self.attempts.job_of().get(index))
             return

@@ -55,6 +55,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "child",
             "_process",
             "_forkserver",
+            "_template",
             "pool",
             "demo_jobs",
         },
