@@ -168,6 +168,12 @@ class Pool:
             if s.process is not None and s.process.ready and not (s.dead or s.retiring or s.killing)
         ]
 
+    def jobs_left(self, index: int) -> int | None:
+        """How many more jobs the child may be given before it is recycled
+        (None: no limit); jobs it holds count as given."""
+        limit = self.settings.max_jobs_per_child
+        return None if limit is None else max(0, limit - self._slot(index).jobs_run)
+
     def stopping(self, index: int) -> bool:
         """Whether the child was told to stop or killed (it takes no new job)."""
         return self._slot(index).killing
