@@ -153,13 +153,13 @@ class SqlStore:
         wanted = None if queues is None else self._db.array(list(queues))
         with self._db.transaction() as tx:
             with tx.pipeline("job_record_and_claim"):
-                recorded = [(id_, tx.execute("job_record", p)) for id_, p in records]
+                recorded = tx.execute_each("job_record", [p for _, p in records])
                 if count > 0:
                     tx.lock("claim")
                     found = tx.execute(
                         "job_candidates", {"now": now, "queues": wanted, "limit": overfetch(count)}
                     )
-            gone = {id_ for id_, cursor in recorded if cursor.rowcount == 0}
+            gone = {id_ for (id_, _), row in zip(records, recorded, strict=True) if row is None}
             lost = [o.id for o in outcomes if o.id in gone]
             if count <= 0:
                 return base.Cycle(lost=lost, claimed=[])
