@@ -9,21 +9,18 @@ What a child is running, and what its death means, belongs to `attempts`.
 from __future__ import annotations
 
 import logging
+import os
 import selectors
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from procqueue import _clock, _forkserver, _process, config, errors, events, protocol
+from procqueue import _clock, _process, config, errors, events, protocol
+from procqueue.spawner import Spawner
 
 log = logging.getLogger("procqueue.supervisor")
 
 STARTUP_FAILURES_MAX = 5
 """Children that die before saying hello, in a row, before the supervisor gives up."""
-FORK_TIMEOUT = 2.0
-"""How long a fork from the fork server may take before the pool starts the
-child clean (and drops that template)."""
-FORKSERVER_RETRY_S = 5.0
-"""A new template at most this often after one died or failed."""
 
 
 @dataclass
@@ -39,6 +36,10 @@ class _Slot:
     """Monotonic time SIGTERM turns into SIGKILL."""
     dead: bool = False
     """Its protocol pipe closed: reap it soon."""
+    out: bytearray = field(default_factory=bytearray)
+    """Frames not yet written to it (written by `flush`, as the pipe takes them)."""
+    writing: bool = False
+    """Its pipe is registered for writability (`out` did not fit)."""
 
 
 @dataclass(frozen=True)
@@ -78,58 +79,21 @@ class Pool:
         self._startup_failures = 0
         self.respawn = True
         """Whether a child that exits is replaced (not while stopping)."""
-        self.forkserver: _forkserver.ForkServer | None = None
-        """Children come warm from its template once it loaded the app; clean
-        before that, and while it is down."""
-        self._forkserver_down_at: float | None = None
+        self.spawner = Spawner(spec=spec, clock=clock, selector=selector)
 
     def start(self) -> None:
-        self._start_forkserver()
+        self.spawner.start()
         for slot in self._slots:
             self._spawn(slot)
-
-    def _start_forkserver(self) -> None:
-        self.forkserver = _forkserver.ForkServer(self.spec)
-        self.selector.register(self.forkserver.fileno(), selectors.EVENT_READ, (0, "fork"))
-        self._forkserver_down_at = None
-
-    def _drop_forkserver(self) -> None:
-        fs = self.forkserver
-        if fs is None:
-            return
-        self.selector.unregister(fs.fileno())
-        fs.close()
-        self.forkserver = None
-        self._forkserver_down_at = self.clock.monotonic()
-
-    def pump_forkserver(self) -> None:
-        """The fork server's socket is readable: exits to take in, or its end."""
-        fs = self.forkserver
-        if fs is not None:
-            fs.pump()
-            if fs.dead:
-                log.warning("fork server: %s; children start clean for now", fs.error)
-                self._drop_forkserver()
-
-    def _new_child(self, index: int) -> _process.ChildBase:
-        down = self._forkserver_down_at
-        if down is not None and self.clock.monotonic() - down >= FORKSERVER_RETRY_S:
-            self._start_forkserver()
-        fs = self.forkserver
-        if fs is not None and fs.ready():
-            try:
-                return fs.spawn(index, timeout=FORK_TIMEOUT)
-            except _forkserver.ForkServerError as exc:
-                log.warning("%s; starting child %d clean", exc, index)
-                self._drop_forkserver()
-        return _process.ChildProcess(spec=self.spec, index=index)
 
     def _slot(self, index: int) -> _Slot:
         return self._slots[index - 1]
 
     def _spawn(self, slot: _Slot) -> None:
-        child = self._new_child(slot.index)
+        child = self.spawner.new_child(slot.index)
+        os.set_blocking(child.wfd, False)  # frames go through `out`: a full pipe never blocks
         slot.process = child
+        slot.out.clear()
         slot.dead = slot.retiring = slot.killing = False
         slot.jobs_run = 0
         slot.kill_at = None
@@ -141,11 +105,13 @@ class Pool:
         child = slot.process
         if child is None:
             return
-        for fd in child.fds():
+        for fd in (*child.fds(), *([child.wfd] if slot.writing else [])):
             try:
                 self.selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
+        slot.writing = False
+        slot.out.clear()
         self.relay_all(slot.index, job_id)
         child.close()
         slot.process = None
@@ -194,13 +160,36 @@ class Pool:
     # -- frames and output ----------------------------------------------------
 
     def send(self, index: int, message: protocol.Message) -> bool:
-        """Writes one frame to the child; False (and the child is marked for
-        reaping) if it is gone."""
+        """Queues one frame for the child (written by `flush`, in order);
+        False if the child is gone."""
         slot = self._slot(index)
-        if slot.process is None or not slot.process.send(message):
-            slot.dead = True
+        if slot.process is None or slot.dead:
             return False
+        slot.out += protocol.encode(message)
         return True
+
+    def flush(self, index: int | None = None) -> None:
+        """Writes queued frames (of one child, or all) as far as their pipes
+        take them without blocking; the rest waits for writability, so a
+        child that doesn't read never stalls the supervisor."""
+        for slot in self._slots if index is None else [self._slot(index)]:
+            child = slot.process
+            if not slot.out or child is None:
+                continue
+            try:
+                del slot.out[: os.write(child.wfd, slot.out)]
+            except BlockingIOError:
+                pass
+            except OSError:  # gone: its death is reaped
+                slot.out.clear()
+                slot.dead = True
+            want = bool(slot.out)
+            if want != slot.writing:
+                slot.writing = want
+                if want:
+                    self.selector.register(child.wfd, selectors.EVENT_WRITE, (slot.index, "in"))
+                else:
+                    self.selector.unregister(child.wfd)
 
     def read(self, index: int) -> tuple[list[protocol.Message], str | None]:
         """The frames the child wrote, its Hello handled here; and the protocol
@@ -359,7 +348,8 @@ class Pool:
         there after `wait` s."""
         for slot in self._slots:
             if slot.process is not None:
-                slot.process.send(protocol.Shutdown())
+                self.send(slot.index, protocol.Shutdown())
+        self.flush()
         give_up = self.clock.monotonic() + wait
         for slot in self._slots:
             child = slot.process
@@ -369,4 +359,4 @@ class Pool:
             child.signal_tree(signal.SIGKILL)
             child.wait()
             self._release(slot, None)
-        self._drop_forkserver()
+        self.spawner.close()

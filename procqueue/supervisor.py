@@ -210,6 +210,7 @@ class Supervisor:
         self.claims.poll_cancels(now)
         self._maintain(now)
         self.claims.step(now)
+        self.pool.flush()  # every frame this pass queued, one write a child
         self._title()
 
     def finished(self) -> bool:
@@ -288,8 +289,11 @@ class Supervisor:
                 self._listen()
             return
         index, kind = key.data
+        if kind == "in":  # a child's pipe takes the frames that waited
+            self.pool.flush(index)
+            return
         if kind == "fork":
-            self.pool.pump_forkserver()
+            self.pool.spawner.pump()
             return
         if kind != "proto":
             self.pool.relay(index, key.fd, self.attempts.job_of().get(index))

@@ -56,6 +56,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "_process",
             "_forkserver",
             "_template",
+            "spawner",
             "pool",
             "demo_jobs",
         },
