@@ -255,3 +255,32 @@ def test_a_job_name_this_build_does_not_know_is_retried(app: App) -> None:
         info = app.wait(job_id, timeout=20)
     assert info.state == JobState.FAILED and info.attempts == 2
     assert "unknown job" in (info.error or "")
+
+
+# -- fast rescue on one host ------------------------------------------------------
+
+
+def test_a_gone_supervisor_on_this_host_has_its_jobs_rescued_long_before_its_lease(
+    dsn: str, tmp_path: Path
+) -> None:
+    app = faults.app.using(dsn)
+    log = tmp_path / "beats"
+    first = start_supervisor(dsn, spec=FSPEC, workers=1, lease=60.0)
+    second = None
+    try:
+        job_id = app.enqueue(FJOB + "heartbeat", {"log": str(log), "seconds": 1.0})
+        wait_until(lambda: log.exists() and log.read_text(), what="attempt 1 to beat")
+        second = start_supervisor(dsn, spec=FSPEC, workers=1, lease=60.0)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        killed = time.monotonic()
+        info = app.wait(job_id, timeout=30)
+        rescued_after = time.monotonic() - killed
+    finally:
+        for sup in (first, second):
+            if sup is not None and sup.poll() is None:
+                sup.terminate()
+                sup.wait(timeout=30)
+        app.close()
+    assert info.state == JobState.DONE and info.result == 2
+    assert rescued_after < 20  # its lease had 60 s to run

@@ -247,6 +247,15 @@ class SqlStore:
     def job_rescue_expired(self, *, now: float) -> int:
         return self._db.statement("job_rescue_expired", {"now": now}).rowcount
 
+    def job_owners_running(self, *, host: str) -> list[str]:
+        params = {"prefix": f"{host}:"}
+        rows = self._db.statement("job_owners_running", params, idempotent=True).rows
+        return [str(r["owner"]) for r in rows]
+
+    def job_expire_owner(self, *, owner: str, until: float) -> int:
+        params = {"owner": owner, "until": until}
+        return self._db.statement("job_expire_owner", params).rowcount
+
     def job_fail_past_deadline(self, *, now: float) -> int:
         return self._db.statement("job_fail_past_deadline", {"now": now}).rowcount
 

@@ -157,6 +157,17 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     run_at = %(now)s::float8, owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE state = 'running' AND lease_until < %(now)s::float8
 
+-- job_owners_running --
+-- Owners of running jobs whose owner string starts with a host's prefix.
+SELECT DISTINCT owner FROM jobs
+WHERE state = 'running' AND starts_with(owner, %(prefix)s::text)
+
+-- job_expire_owner --
+-- Brings forward the lease of every job an owner holds (it is gone), so
+-- that the next rescue takes them.
+UPDATE jobs SET lease_until = %(until)s::float8
+WHERE state = 'running' AND owner = %(owner)s::text AND lease_until > %(until)s::float8
+
 -- job_fail_past_deadline --
 -- Pending jobs past their deadline fail instead of starting.
 UPDATE jobs SET state = 'failed', error = 'passed its deadline', finished_at = %(now)s::float8

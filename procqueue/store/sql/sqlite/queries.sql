@@ -153,6 +153,17 @@ SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
     run_at = :now, owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE state = 'running' AND lease_until < :now
 
+-- job_owners_running --
+-- Owners of running jobs whose owner string starts with a host's prefix.
+SELECT DISTINCT owner FROM jobs
+WHERE state = 'running' AND substr(owner, 1, length(:prefix)) = :prefix
+
+-- job_expire_owner --
+-- Brings forward the lease of every job an owner holds (it is gone), so
+-- that the next rescue takes them.
+UPDATE jobs SET lease_until = :until
+WHERE state = 'running' AND owner = :owner AND lease_until > :until
+
 -- job_fail_past_deadline --
 -- Pending jobs past their deadline fail instead of starting.
 UPDATE jobs SET state = 'failed', error = 'passed its deadline', finished_at = :now
