@@ -101,7 +101,7 @@ def job_row(info: models.JobInfo) -> list[object]:
         info.id,
         info.name,
         info.queue,
-        info.state.value,
+        "undecodable" if info.undecodable else info.state.value,
         f"{info.attempts}/{info.max_attempts}",
         progress(info),
         when(info.created_at),
