@@ -255,8 +255,6 @@ class Attempts:
     def _end(self, a: Attempt, outcome: models.Outcome) -> None:
         """The child replied with the attempt's outcome, lives on, and starts
         the next attempt of its window."""
-        # The child flushed its output before replying: log it under this job.
-        self.pool.relay_all(a.child, a.job.id)
         del self.running[a.child]
         if a.started is not None and a.revoked is None:
             ran = self.clock.monotonic() - a.started
