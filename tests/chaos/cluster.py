@@ -164,7 +164,18 @@ class SupervisorProcess:
             return False
 
     def children(self) -> set[int]:
-        return procfs.children(self.pid) if self.poll() is None else set()
+        """Its child processes: those it started clean, and those its fork
+        server's template forked for it (the template itself left out: it
+        runs no job, and killing it orphans the children it forked)."""
+        if self.poll() is not None:
+            return set()
+        found: set[int] = set()
+        for pid in procfs.children(self.pid):
+            if procfs.title(pid).startswith("procqueue template"):
+                found |= procfs.children(pid)
+            else:
+                found.add(pid)
+        return found
 
 
 def start_supervisor(

@@ -303,7 +303,8 @@ class Chaos:
         if not pool:
             return
         pid, title = self.rng.choice(pool)
-        if procfs.kill_pid(pid, signal.SIGKILL, expected_parent=sup.pid):
+        # its parent: the supervisor, or the fork server's template that forked it
+        if procfs.kill_pid(pid, signal.SIGKILL, expected_parent=procfs.parent(pid)):
             self.faults["kill -9 child"] += 1
             self.event("kill_child", pid=pid, supervisor=sup.pid, job=procfs.job_in_title(title))
 
