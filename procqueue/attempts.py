@@ -166,7 +166,8 @@ class Attempts:
     def lease_left(self, lease_until: float) -> float:
         """Seconds a child may run a job whose lease lasts to `lease_until`:
         the lease less its margin."""
-        return max(0.0, lease_until - self.clock.now() - lease_margin(self.settings.lease))
+        # never 0, which a child reads as "no lease to keep": an expired one ends the job
+        return max(0.001, lease_until - self.clock.now() - lease_margin(self.settings.lease))
 
     # -- what children say ----------------------------------------------------
 
