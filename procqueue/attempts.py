@@ -413,9 +413,13 @@ class Attempts:
                 self.pool.stop(a.child, a.job.id, grace=None)
 
     def hand_back_all(self) -> None:
-        """End of the drain: what still runs is killed and handed back."""
+        """End of the drain: what still runs is killed and handed back, and
+        so is every child still holding jobs in its pipe."""
         for a in list(self.running.values()):
             self.kill(a, "drain", "handed back at shutdown", hard=True)
+        for index, queue in self.waiting.items():
+            if queue and index not in self.running:
+                self.pool.kill(index)
 
     def abandon_all(self) -> None:
         """The supervisor is closing and every child is gone: what they
