@@ -623,7 +623,7 @@ class Chaos:
             quiet = not self.stalling.is_set() and not self.frozen  # one at a time
             if quiet and stall_at and stall_at[0][0] <= now:
                 self._start_stall(stall_at.pop(0)[1])
-            elif quiet and freeze_at and freeze_at[0] <= now and self._freeze():
+            elif quiet and freeze_at and freeze_at[0] <= now and self._freeze(now - freeze_at[0]):
                 freeze_at.pop(0)
             self.check_exits()
             self.restart_dead()
@@ -688,16 +688,21 @@ class Chaos:
             s.ready() for s in sups if s.fate == "running"
         )
 
-    def _freeze(self) -> bool:
-        """SIGSTOPs a supervisor holding jobs (one running a slow job if any),
-        for longer than the lease; False if none fits now."""
+    def _freeze(self, late: float) -> bool:
+        """SIGSTOPs a supervisor for longer than the lease; False if none fits
+        now. Wanted: one running a slow job (1.5-3 s, so it is likely still
+        running when the lease could no longer be renewed and its child must
+        end it); after 10 s of waiting, one running any job; after 20 s, any."""
         live = [s for s in self.live() if s.ready()]
         if len(live) < 2:
             return False  # another must be there to rescue its jobs
         titles = {s.pid: [procfs.title(k) for k in s.children()] for s in live}
         busy = [s for s in live if any(procfs.job_in_title(t) for t in titles[s.pid])]
         slow = [s for s in busy if any(".slow#" in t for t in titles[s.pid])]
-        sup = self.rng.choice(slow or busy or live)
+        pool = slow or (busy if late > 10 else []) or (live if late > 20 else [])
+        if not pool:
+            return False
+        sup = self.rng.choice(pool)
         held = {
             procfs.job_in_title(t): k
             for k in sup.children()
