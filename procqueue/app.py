@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from procqueue import _clock, cron, errors, models
+from procqueue.codec import Codec, DecHook, EncHook
 from procqueue.registry import Job, Registry
 
 if TYPE_CHECKING:
@@ -42,12 +43,25 @@ class App:
         dsn: database; else ``--dsn``, ``$PROCQUEUE_DSN``, the config file,
             ``sqlite:///procqueue.db``.
         clock: the time source (tests pass a manual clock).
+        enc_hook: encodes the app's own types in arguments and results
+            (msgspec's ``enc_hook``: returns an encodable value, raises
+            NotImplementedError for a type it doesn't handle).
+        dec_hook: builds them back for annotated parameters (msgspec's
+            ``dec_hook(type, value)``). numpy values, paths, enums and sets
+            need no hook (`procqueue.codec`).
     """
 
-    def __init__(self, dsn: str | None = None, *, clock: _clock.Clock | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        clock: _clock.Clock | None = None,
+        enc_hook: EncHook | None = None,
+        dec_hook: DecHook | None = None,
+    ) -> None:
         self.dsn = dsn
         self.clock = clock or _clock.from_env()
-        self.registry = Registry(self)
+        self.registry = Registry(self, Codec(enc_hook, dec_hook))
         self._client: Client | None = None
         self._client_lock = threading.Lock()
 

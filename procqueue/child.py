@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import _proctree, errors, protocol, runner
+from procqueue import _faultlog, _proctree, errors, protocol, runner
 from procqueue.app import load_app
 
 PROGRESS_EVERY_S = 0.25
@@ -246,6 +246,7 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     _set_title(f"procqueue child {index} starting")
     _raise_oom_score()
     _proctree.become_subreaper()
+    _faultlog.enable()  # a fatal signal's Python stack, for the attempt's error (issue 14)
     try:
         app = load_app(spec)
     except errors.ProcqueueError as exc:

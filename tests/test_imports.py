@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "logs",
             "events",
             "_proctree",
+            "_faultlog",
         },
     ),
     ("storage", {"store"}),
@@ -49,6 +50,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "",  # the package itself: `import procqueue` is what job modules do
             "context",
             "jobdef",
+            "codec",
             "runner",
             "registry",
             "app",
@@ -68,6 +70,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "limits",
             "claims",
             "dbcalls",
+            "heartbeat",
             "maintenance",
             "metrics",
         },
