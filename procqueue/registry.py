@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from procqueue import cron, errors, models, runner
-from procqueue.context import Context
 from procqueue.codec import Codec
+from procqueue.context import Context
 from procqueue.jobdef import JobOptions, bind_args, parse_options
 
 P = ParamSpec("P")
