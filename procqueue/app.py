@@ -14,6 +14,7 @@ enqueue: bad input raises there and nothing is written.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import threading
 from collections.abc import Callable, Iterable
@@ -225,13 +226,52 @@ class App:
         """Per queue: counts per state, limit, paused flag, oldest pending age."""
         return self.client.stats()
 
-    def pause(self, queue: str) -> None:
-        """Stops new claims from `queue` on every supervisor."""
-        self.client.pause(queue)
+    def pause(self, queue: str, *, create: bool = False) -> None:
+        """Stops new claims from `queue` on every supervisor; QueueNotFound
+        for a queue with no jobs, settings or supervisor, unless `create`."""
+        self.client.pause(queue, create=create)
 
-    def resume(self, queue: str) -> None:
+    def resume(self, queue: str, *, create: bool = False) -> None:
         """Lets every supervisor claim from `queue` again."""
-        self.client.resume(queue)
+        self.client.resume(queue, create=create)
+
+    # -- operations (issue 14; see Client) ----------------------------------
+
+    def queues(self) -> list[models.QueueInfo]:
+        """Every queue with jobs or settings: limit and who set it, paused, counts."""
+        return self.client.queues()
+
+    def set_limit(self, queue: str, limit: int | None, *, create: bool = False) -> None:
+        """Sets (None: clears) `queue`'s cluster-wide limit; it outlives
+        supervisors' ``--queue`` (QueueNotFound as for `pause`)."""
+        self.client.set_limit(queue, limit, create=create)
+
+    def supervisors(self) -> list[models.SupervisorInfo]:
+        """Supervisors with a heartbeat in the last day; `alive` says if it is recent."""
+        return self.client.supervisors()
+
+    def retry_where(
+        self,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        since: dt.datetime | None = None,
+    ) -> int:
+        """Retries every failed or cancelled job matching the filters; returns how many."""
+        return self.client.retry_where(state=state, queue=queue, name=name, since=since)
+
+    def cancel_where(
+        self,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        since: dt.datetime | None = None,
+    ) -> tuple[int, int]:
+        """Cancels every pending or running job matching the filters;
+        returns (cancelled now, running ones being stopped)."""
+        return self.client.cancel_where(state=state, queue=queue, name=name, since=since)
 
 
 def load_app(spec: str) -> App:

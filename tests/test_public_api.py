@@ -15,6 +15,7 @@ from procqueue.registry import Configured, Job
 
 EXPORTED = [
     "App",
+    "AttemptInfo",
     "Backoff",
     "ConfigError",
     "Context",
@@ -28,10 +29,13 @@ EXPORTED = [
     "Permanent",
     "ProcqueueError",
     "ProtocolError",
+    "QueueInfo",
+    "QueueNotFound",
     "Retry",
     "SchemaTooNew",
     "StoreError",
     "StoreRejected",
+    "SupervisorInfo",
     "load_app",
 ]
 
