@@ -211,7 +211,9 @@ def _supervise_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="enqueue cron ticks from this supervisor (default: yes)",
     )
-    p.add_argument("--retention-days", type=_format.positive_float, metavar="D")
+    p.add_argument(
+        "--retention-days", type=_format.non_negative, metavar="D", help="(7; 0 keeps jobs forever)"
+    )
     p.add_argument("--metrics-port", type=_format.port, metavar="P", help="Prometheus metrics")
     p.add_argument(
         "--metrics-host", metavar="HOST", help="where metrics listen (default 127.0.0.1)"
