@@ -109,7 +109,9 @@ def job_headers(state: str | None) -> tuple[str, ...]:
 
 
 def job_row(info: models.JobInfo, state: str | None = None) -> list[object]:
-    shown = info.state.value + (" (orphaned)" if info.orphaned else "")
+    shown = "undecodable" if info.undecodable else info.state.value
+    if info.orphaned:
+        shown += " (orphaned)"
     row: list[object] = [
         info.id,
         info.name,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
+import socket
 from typing import Any
 
 from procqueue import config, cron, models
@@ -23,6 +25,9 @@ PRUNE_EVERY_S = 3600.0
 PRUNE_BATCH = 2000
 """Rows deleted per statement: a table of millions never holds a long lock."""
 FAILURE_SWEEP_BATCH = 100
+ORPHAN_GRACE_S = 2.0
+"""After a supervisor on this host is seen gone, how long its jobs wait
+before they are rescued (its children end their runs on their own first)."""
 
 
 class Maintenance:
@@ -39,6 +44,7 @@ class Maintenance:
     def step(self, now: float) -> bool:
         """One pass of every chore (on the database thread; StoreError
         propagates); True if jobs may have become claimable."""
+        self._rescue_orphans(now)
         woke = bool(self.store.job_rescue_expired(now=now))
         if woke:
             log.warning("jobs whose leases expired were made available again")
@@ -57,6 +63,21 @@ class Maintenance:
             self.pruning = True
             self.pruned = 0
         return woke or bool(swept)
+
+    def _rescue_orphans(self, now: float) -> None:
+        """Fast rescue on one host: the jobs of a supervisor on this machine
+        whose process is gone are rescued `ORPHAN_GRACE_S` from now instead
+        of when their lease runs out. Its children end their jobs as soon as
+        their pipe from it ends; the grace covers that."""
+        host = socket.gethostname()
+        for owner in self.store.job_owners_running(host=host):
+            pid = owner[len(host) + 1 :].split(":", 1)[0]
+            if not pid.isdigit() or int(pid) == os.getpid() or _alive(int(pid)):
+                continue
+            if self.store.job_expire_owner(owner=owner, until=now + ORPHAN_GRACE_S):
+                log.warning(
+                    "supervisor %s is gone: its jobs are rescued in %gs", owner, ORPHAN_GRACE_S
+                )
 
     def prune_batch(self, now: float) -> None:
         """Deletes one bounded batch of expired done/cancelled jobs."""
@@ -104,3 +125,18 @@ class Maintenance:
             self.store.job_insert_many(jobs=jobs, now=now)
         self.cron_after.update(advanced)
         return bool(jobs)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists on this host (a zombie counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True

@@ -9,11 +9,13 @@ What a child is running, and what its death means, belongs to `attempts`.
 from __future__ import annotations
 
 import logging
+import os
 import selectors
 import signal
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from procqueue import _clock, _process, config, errors, events, protocol
+from procqueue.spawner import Spawner
 
 log = logging.getLogger("procqueue.supervisor")
 
@@ -24,7 +26,7 @@ STARTUP_FAILURES_MAX = 5
 @dataclass
 class _Slot:
     index: int
-    process: _process.ChildProcess | None = None
+    process: _process.ChildBase | None = None
     jobs_run: int = 0
     retiring: bool = False
     """Told to shut down after its job (recycling): takes no new job."""
@@ -34,6 +36,10 @@ class _Slot:
     """Monotonic time SIGTERM turns into SIGKILL."""
     dead: bool = False
     """Its protocol pipe closed: reap it soon."""
+    out: bytearray = field(default_factory=bytearray)
+    """Frames not yet written to it (written by `flush`, as the pipe takes them)."""
+    writing: bool = False
+    """Its pipe is registered for writability (`out` did not fit)."""
 
 
 @dataclass(frozen=True)
@@ -45,11 +51,15 @@ class Death:
     reason: str
     retired: bool
     killed: bool
+    frames: tuple[protocol.Message, ...] = ()
+    """What it wrote before it died and was not read yet: acted on before the death."""
+    problem: str | None = None
 
 
 class Pool:
     """N slots whose children are registered in the supervisor's selector
-    with data ``(index, "proto" | "out" | "err")``."""
+    with data ``(index, "proto" | "out" | "err")``; the fork server's socket
+    with ``(0, "fork")``."""
 
     def __init__(
         self,
@@ -69,8 +79,10 @@ class Pool:
         self._startup_failures = 0
         self.respawn = True
         """Whether a child that exits is replaced (not while stopping)."""
+        self.spawner = Spawner(spec=spec, clock=clock, selector=selector)
 
     def start(self) -> None:
+        self.spawner.start()
         for slot in self._slots:
             self._spawn(slot)
 
@@ -78,8 +90,10 @@ class Pool:
         return self._slots[index - 1]
 
     def _spawn(self, slot: _Slot) -> None:
-        child = _process.ChildProcess(spec=self.spec, index=slot.index)
+        child = self.spawner.new_child(slot.index)
+        os.set_blocking(child.wfd, False)  # frames go through `out`: a full pipe never blocks
         slot.process = child
+        slot.out.clear()
         slot.dead = slot.retiring = slot.killing = False
         slot.jobs_run = 0
         slot.kill_at = None
@@ -91,11 +105,13 @@ class Pool:
         child = slot.process
         if child is None:
             return
-        for fd in child.fds():
+        for fd in (*child.fds(), *([child.wfd] if slot.writing else [])):
             try:
                 self.selector.unregister(fd)
             except (KeyError, ValueError):
                 pass
+        slot.writing = False
+        slot.out.clear()
         self.relay_all(slot.index, job_id)
         child.close()
         slot.process = None
@@ -118,6 +134,16 @@ class Pool:
             if s.process is not None and s.process.ready and not (s.dead or s.retiring or s.killing)
         ]
 
+    def jobs_left(self, index: int) -> int | None:
+        """How many more jobs the child may be given before it is recycled
+        (None: no limit); jobs it holds count as given."""
+        limit = self.settings.max_jobs_per_child
+        return None if limit is None else max(0, limit - self._slot(index).jobs_run)
+
+    def stopping(self, index: int) -> bool:
+        """Whether the child was told to stop or killed (it takes no new job)."""
+        return self._slot(index).killing
+
     def any_dead(self) -> bool:
         return any(s.dead for s in self._slots)
 
@@ -134,13 +160,36 @@ class Pool:
     # -- frames and output ----------------------------------------------------
 
     def send(self, index: int, message: protocol.Message) -> bool:
-        """Writes one frame to the child; False (and the child is marked for
-        reaping) if it is gone."""
+        """Queues one frame for the child (written by `flush`, in order);
+        False if the child is gone."""
         slot = self._slot(index)
-        if slot.process is None or not slot.process.send(message):
-            slot.dead = True
+        if slot.process is None or slot.dead:
             return False
+        slot.out += protocol.encode(message)
         return True
+
+    def flush(self, index: int | None = None) -> None:
+        """Writes queued frames (of one child, or all) as far as their pipes
+        take them without blocking; the rest waits for writability, so a
+        child that doesn't read never stalls the supervisor."""
+        for slot in self._slots if index is None else [self._slot(index)]:
+            child = slot.process
+            if not slot.out or child is None:
+                continue
+            try:
+                del slot.out[: os.write(child.wfd, slot.out)]
+            except BlockingIOError:
+                pass
+            except OSError:  # gone: its death is reaped
+                slot.out.clear()
+                slot.dead = True
+            want = bool(slot.out)
+            if want != slot.writing:
+                slot.writing = want
+                if want:
+                    self.selector.register(child.wfd, selectors.EVENT_WRITE, (slot.index, "in"))
+                else:
+                    self.selector.unregister(child.wfd)
 
     def read(self, index: int) -> tuple[list[protocol.Message], str | None]:
         """The frames the child wrote, its Hello handled here; and the protocol
@@ -200,29 +249,32 @@ class Pool:
 
     # -- actions ------------------------------------------------------------
 
-    def terminate(self, index: int) -> None:
-        """SIGTERM to the child's process tree, with no escalation (a drain
-        asks first; `kill` ends it later)."""
+    def stop(self, index: int, job_id: int, *, grace: float | None) -> None:
+        """Asks the child to end job `job_id` (a Stop frame: the job's tree
+        gets SIGTERM, the job sees `cx.cancelled`), and SIGKILLs the tree
+        after `grace` seconds unless it ended (None: no escalation; at once
+        when 0). The child takes no new job and is replaced once reaped."""
         slot = self._slot(index)
-        if slot.process is not None:
-            slot.killing = True  # it exits after its job: no new one
-            slot.process.signal_tree(signal.SIGTERM)
-
-    def kill(self, index: int, *, grace: float) -> None:
-        """Ends the child's process tree: SIGTERM now and SIGKILL after
-        `grace` seconds (at once when `grace` is 0). The child takes no new
-        job and is replaced once reaped. Calling again can only shorten it."""
-        slot = self._slot(index)
-        child = slot.process
-        if child is None:
+        if slot.process is None:
             return
         slot.killing = True
-        if grace <= 0:
-            child.signal_tree(signal.SIGKILL)
-            slot.kill_at = None
-        elif slot.kill_at is None:
-            child.signal_tree(signal.SIGTERM)
+        if grace is not None and grace <= 0:
+            self.kill(index)
+            return
+        if not self.send(index, protocol.Stop(job_id=job_id)):
+            self.kill(index)
+            return
+        if grace is not None and slot.kill_at is None:
             slot.kill_at = self.clock.monotonic() + grace
+
+    def kill(self, index: int) -> None:
+        """SIGKILLs the child's whole process tree at once."""
+        slot = self._slot(index)
+        if slot.process is None:
+            return
+        slot.killing = True
+        slot.kill_at = None
+        slot.process.signal_tree(signal.SIGKILL)
 
     def escalate(self, now: float) -> None:
         """SIGKILLs the trees of children whose grace after SIGTERM has passed."""
@@ -274,7 +326,18 @@ class Pool:
                     )
             # What the job started may outlive it: a tree ends with its child.
             child.signal_tree(signal.SIGKILL)
-            deaths.append(Death(slot.index, child.pid, reason, slot.retiring, slot.killing))
+            frames, problem = self.read(slot.index) if child.ready else ([], None)
+            deaths.append(
+                Death(
+                    slot.index,
+                    child.pid,
+                    reason,
+                    slot.retiring,
+                    slot.killing,
+                    tuple(frames),
+                    problem,
+                )
+            )
             self._release(slot, job_of.get(slot.index))
             if self.respawn:
                 self._spawn(slot)
@@ -285,16 +348,15 @@ class Pool:
         there after `wait` s."""
         for slot in self._slots:
             if slot.process is not None:
-                slot.process.send(protocol.Shutdown())
+                self.send(slot.index, protocol.Shutdown())
+        self.flush()
         give_up = self.clock.monotonic() + wait
         for slot in self._slots:
             child = slot.process
             if child is None:
                 continue
-            try:
-                child.popen.wait(timeout=max(0.0, give_up - self.clock.monotonic()))
-            except Exception:
-                pass
+            child.wait(timeout=max(0.0, give_up - self.clock.monotonic()))
             child.signal_tree(signal.SIGKILL)
-            child.popen.wait()
+            child.wait()
             self._release(slot, None)
+        self.spawner.close()

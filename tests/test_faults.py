@@ -5,9 +5,13 @@ that is killed or frozen."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import sqlite3
+import threading
 import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -255,3 +259,117 @@ def test_a_job_name_this_build_does_not_know_is_retried(app: App) -> None:
         info = app.wait(job_id, timeout=20)
     assert info.state == JobState.FAILED and info.attempts == 2
     assert "unknown job" in (info.error or "")
+
+
+# -- fast rescue on one host ------------------------------------------------------
+
+
+def test_a_gone_supervisor_on_this_host_has_its_jobs_rescued_long_before_its_lease(
+    dsn: str, tmp_path: Path
+) -> None:
+    app = faults.app.using(dsn)
+    log = tmp_path / "beats"
+    first = start_supervisor(dsn, spec=FSPEC, workers=1, lease=60.0)
+    second = None
+    try:
+        job_id = app.enqueue(FJOB + "heartbeat", {"log": str(log), "seconds": 1.0})
+        wait_until(lambda: log.exists() and log.read_text(), what="attempt 1 to beat")
+        second = start_supervisor(dsn, spec=FSPEC, workers=1, lease=60.0)
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        killed = time.monotonic()
+        info = app.wait(job_id, timeout=30)
+        rescued_after = time.monotonic() - killed
+    finally:
+        for sup in (first, second):
+            if sup is not None and sup.poll() is None:
+                sup.terminate()
+                sup.wait(timeout=30)
+        app.close()
+    assert info.state == JobState.DONE and info.result == 2
+    assert rescued_after < 20  # its lease had 60 s to run
+
+
+# -- a network path that drops packets (PostgreSQL) ---------------------------------
+
+
+class BlackHole:
+    """A TCP proxy to PostgreSQL that can stop forwarding, as a network path
+    that silently drops packets does: connections stay open, nothing arrives."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.open = threading.Event()
+        self.open.set()
+        self.closed = False
+        self.sockets: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            self.sockets += [client, server]
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                self.open.wait()  # black-holed: held back, not refused
+                if self.closed:
+                    return
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.closed = True
+        self.open.set()
+        self.listener.close()
+        for s in self.sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            s.close()
+
+
+def test_a_timeout_is_enforced_while_the_network_to_postgres_drops_everything(
+    pg_available: None, tmp_path: Path
+) -> None:
+    from tests.conftest import PG_URL, drop_pg_schema, make_pg_dsn
+
+    url, schema = make_pg_dsn()
+    parts = urllib.parse.urlsplit(PG_URL)
+    hole = BlackHole((parts.hostname or "127.0.0.1", parts.port or 5432))
+    dsn = url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{hole.port}")
+    app = faults.app.using(dsn)
+    marker = tmp_path / "pid"
+    try:
+        with supervising(app, FSPEC, workers=1, kill_grace=0.5, lease=60.0) as sup:
+            job_id = app.enqueue(FJOB + "watch_cancelled", {"marker": str(marker)}, timeout=3.0)
+            pid = read_pid(marker)
+            hole.open.clear()
+            started = time.monotonic()
+            wait_until(lambda: not pid_alive(pid), timeout=10, what="the timed-out child to end")
+            assert time.monotonic() - started < 3.0 + 0.5 + 1.0
+            sup.request_stop()  # SIGTERM's equivalent is acted on during the outage
+            wait_until(lambda: sup.attempts.running == {}, timeout=5, what="the drain")
+            hole.open.set()
+            wait_until(  # written once the path carries again (a retry: attempts are left)
+                lambda: "timed out after 3s" in (app.get(job_id).error or ""),
+                timeout=60,
+                what="the outcome written",
+            )
+    finally:
+        hole.close()
+        app.close()
+        drop_pg_schema(schema)

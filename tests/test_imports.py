@@ -56,6 +56,9 @@ LAYERS: list[tuple[str, set[str]]] = [
             "app",
             "child",
             "_process",
+            "_forkserver",
+            "_template",
+            "spawner",
             "pool",
             "demo_jobs",
         },
@@ -77,7 +80,16 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     (
         "interface",
-        {"cli", "_commands", "_format", "__main__", "testing", "demo", "dashboard"},
+        {
+            "cli",
+            "_commands",
+            "_ops_commands",
+            "_format",
+            "__main__",
+            "testing",
+            "demo",
+            "dashboard",
+        },
     ),
 ]
 """Bottom to top, by module name relative to ``procqueue`` (a package

@@ -160,17 +160,16 @@ class SqlStore(_sql_ops.OpsStore):
         wanted = None if queues is None else self._db.array(list(queues))
         with self._db.transaction() as tx:
             with tx.pipeline("job_record_and_claim"):
-                recorded = []
-                for id_, p, history in records:
-                    if history is not None:  # before the update, while its fence still holds
-                        tx.execute("attempt_record", history)
-                    recorded.append((id_, tx.execute("job_record", p)))
+                histories = [h for _, _, h in records if h is not None]
+                if histories:  # before the updates, while their fences still hold
+                    tx.execute_each("attempt_record", histories)
+                recorded = tx.execute_each("job_record", [p for _, p, _ in records])
                 if count > 0:
                     tx.lock("claim")
                     found = tx.execute(
                         "job_candidates", {"now": now, "queues": wanted, "limit": overfetch(count)}
                     )
-            gone = {id_ for id_, cursor in recorded if cursor.rowcount == 0}
+            gone = {id_ for (id_, _, _), row in zip(records, recorded, strict=True) if row is None}
             lost = [o.id for o in outcomes if o.id in gone]
             if count <= 0:
                 return base.Cycle(lost=lost, claimed=[])
@@ -262,6 +261,15 @@ class SqlStore(_sql_ops.OpsStore):
             tx.lock("claim")
             tx.execute("attempt_record_lost", {"now": now})
             return int(tx.execute("job_rescue_expired", {"now": now}).rowcount)
+
+    def job_owners_running(self, *, host: str) -> list[str]:
+        params = {"prefix": f"{host}:"}
+        rows = self._db.statement("job_owners_running", params, idempotent=True).rows
+        return [str(r["owner"]) for r in rows]
+
+    def job_expire_owner(self, *, owner: str, until: float) -> int:
+        params = {"owner": owner, "until": until}
+        return self._db.statement("job_expire_owner", params).rowcount
 
     def job_fail_past_deadline(self, *, now: float) -> int:
         return self._db.statement("job_fail_past_deadline", {"now": now}).rowcount

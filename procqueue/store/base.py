@@ -183,6 +183,15 @@ class Store(Protocol):
         was requested. Returns how many."""
         ...
 
+    def job_owners_running(self, *, host: str) -> list[str]:
+        """Owners (``host:pid:token``) on `host` that hold running jobs."""
+        ...
+
+    def job_expire_owner(self, *, owner: str, until: float) -> int:
+        """Brings the leases of `owner`'s running jobs forward to `until` (it
+        is gone), so that a rescue at or after `until` takes them."""
+        ...
+
     def job_fail_past_deadline(self, *, now: float) -> int:
         """Pending jobs past their deadline fail with "passed its deadline"."""
         ...

@@ -115,6 +115,7 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
     pid = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL ELSE pid END,
     owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+RETURNING id
 
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
@@ -163,6 +164,17 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     pid = CASE WHEN cancel_requested OR attempts >= max_attempts THEN pid END,
     run_at = %(now)s::float8, owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE state = 'running' AND lease_until < %(now)s::float8
+
+-- job_owners_running --
+-- Owners of running jobs whose owner string starts with a host's prefix.
+SELECT DISTINCT owner FROM jobs
+WHERE state = 'running' AND starts_with(owner, %(prefix)s::text)
+
+-- job_expire_owner --
+-- Brings forward the lease of every job an owner holds (it is gone), so
+-- that the next rescue takes them.
+UPDATE jobs SET lease_until = %(until)s::float8
+WHERE state = 'running' AND owner = %(owner)s::text AND lease_until > %(until)s::float8
 
 -- job_fail_past_deadline --
 -- Pending jobs past their deadline fail instead of starting.
@@ -271,6 +283,7 @@ SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), started_at,
             ELSE %(outcome)s::text END,
        %(exit_reason)s::text, %(error)s::text, %(peak_memory)s::float8
 FROM jobs WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+RETURNING job_id
 
 -- attempt_record_lost --
 -- History rows of the running jobs whose lease passed, written just before job_rescue_expired

@@ -110,6 +110,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
     pid = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL ELSE pid END,
     owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE id = :id AND attempts = :attempt AND state = 'running'
+RETURNING id
 
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
@@ -160,6 +161,17 @@ SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
     pid = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN pid END,
     run_at = :now, owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE state = 'running' AND lease_until < :now
+
+-- job_owners_running --
+-- Owners of running jobs whose owner string starts with a host's prefix.
+SELECT DISTINCT owner FROM jobs
+WHERE state = 'running' AND substr(owner, 1, length(:prefix)) = :prefix
+
+-- job_expire_owner --
+-- Brings forward the lease of every job an owner holds (it is gone), so
+-- that the next rescue takes them.
+UPDATE jobs SET lease_until = :until
+WHERE state = 'running' AND owner = :owner AND lease_until > :until
 
 -- job_fail_past_deadline --
 -- Pending jobs past their deadline fail instead of starting.
@@ -258,6 +270,7 @@ SELECT id, attempts, owner, coalesce(:child_pid, pid), started_at, :started_at, 
        CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled' ELSE :outcome END,
        :exit_reason, :error, :peak_memory
 FROM jobs WHERE id = :id AND attempts = :attempt AND state = 'running'
+RETURNING job_id
 
 -- attempt_record_lost --
 -- History rows of the running jobs whose lease passed, written just before job_rescue_expired
