@@ -140,9 +140,11 @@ class Client:
         give_up = None if timeout is None else self.clock.monotonic() + timeout
         pause = _WAIT_FIRST_PAUSE_S
         while True:
-            info = self.get(id)
+            info = self.store.job_get(id=id, history=False)  # one query a poll
+            if info is None:
+                raise errors.JobNotFound(f"no job {id}")
             if info.state in models.TERMINAL_STATES:
-                return info
+                return self.get(id)
             if give_up is not None:
                 left = give_up - self.clock.monotonic()
                 if left <= 0:

@@ -100,11 +100,13 @@ class SqlStore(_sql_ops.OpsStore):
             tx.notify()
         return ids
 
-    def job_get(self, *, id: int) -> models.JobInfo | None:
+    def job_get(self, *, id: int, history: bool = True) -> models.JobInfo | None:
         rows = self._db.statement("job_get", {"id": id}, idempotent=True).rows
         if not rows:
             return None
         info = _rows.job_info(rows[0], self._json)
+        if not history:
+            return info
         return msgspec.structs.replace(info, history=self.attempt_list(id=id))
 
     def job_list(

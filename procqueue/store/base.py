@@ -93,7 +93,9 @@ class Store(Protocol):
         """Consumes pending wake-ups; True if there was at least one. Never raises."""
         ...
 
-    def job_get(self, *, id: int) -> models.JobInfo | None: ...
+    def job_get(self, *, id: int, history: bool = True) -> models.JobInfo | None:
+        """One job's record, with its attempt history unless `history` is False."""
+        ...
 
     def job_list(
         self, *, state: str | None, queue: str | None, name: str | None, limit: int
