@@ -183,7 +183,8 @@ class Attempts:
     def lease_left(self, lease_until: float) -> float:
         """Seconds a child may run a job whose lease lasts to `lease_until`:
         the lease less its margin."""
-        return max(0.0, lease_until - self.clock.now() - lease_margin(self.settings.lease))
+        # never 0, which a child reads as "no lease to keep": an expired one ends the job
+        return max(0.001, lease_until - self.clock.now() - lease_margin(self.settings.lease))
 
     # -- what children say ----------------------------------------------------
 
@@ -272,8 +273,6 @@ class Attempts:
     def _end(self, a: Attempt, outcome: models.Outcome) -> None:
         """The child replied with the attempt's outcome, lives on, and starts
         the next attempt of its window."""
-        # The child flushed its output before replying: log it under this job.
-        self.pool.relay_all(a.child, a.job.id)
         del self.running[a.child]
         if a.started is not None and a.revoked is None:
             ran = self.clock.monotonic() - a.started
@@ -449,9 +448,13 @@ class Attempts:
                 self.pool.stop(a.child, a.job.id, grace=None)
 
     def hand_back_all(self) -> None:
-        """End of the drain: what still runs is killed and handed back."""
+        """End of the drain: what still runs is killed and handed back, and
+        so is every child still holding jobs in its pipe."""
         for a in list(self.running.values()):
             self.kill(a, "drain", "handed back at shutdown", hard=True)
+        for index, queue in self.waiting.items():
+            if queue and index not in self.running:
+                self.pool.kill(index)
 
     def abandon_all(self) -> None:
         """The supervisor is closing and every child is gone: what they

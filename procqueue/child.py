@@ -107,6 +107,8 @@ class Inbox:
         self._revoked: set[int] = set()
         self._pending: set[int] = set()
         """Jobs received and not started yet."""
+        self._stopped: set[int] = set()
+        """Jobs told to stop before they started: they start cancelled."""
         self.steps: queue.SimpleQueue[protocol.StepSaved | None] = queue.SimpleQueue()
         """Answers to the running job's Step frames (kept apart from the Run
         frames of the jobs waiting behind it)."""
@@ -132,6 +134,14 @@ class Inbox:
                 return False
             self._fence.arm(None if job_id is None else self._leases.get(job_id))
             return True
+
+    def stop_asked(self, job_id: int) -> bool:
+        """Whether the job was told to stop before it started."""
+        with self._lock:
+            if job_id in self._stopped:
+                self._stopped.discard(job_id)
+                return True
+            return False
 
     def _read(self) -> None:
         try:
@@ -164,7 +174,10 @@ class Inbox:
     def _stop(self, message: protocol.Stop | protocol.Revoke) -> None:
         with self._lock:
             if message.job_id in self._pending:
-                self._revoked.add(message.job_id)
+                if isinstance(message, protocol.Stop):  # it starts already told to stop
+                    self._stopped.add(message.job_id)
+                else:  # taken back: skipped when its turn comes (and said so)
+                    self._revoked.add(message.job_id)
                 return
             running = message.job_id == self._current
         if running and isinstance(message, protocol.Stop):
@@ -315,6 +328,7 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
             protocol.write_all(wfd, protocol.encode(skipped))
             continue
         channel = PipeChannel(inbox, wfd, message.job_id, dict(message.steps))
+        channel.cancel_requested = inbox.stop_asked(message.job_id)
         job = app.registry.get(message.name)
         _set_title(f"procqueue child {index} {message.name}#{message.job_id}")
         current.append(channel)

@@ -64,7 +64,9 @@ class Claims:
         """Ready children -> how many more attempts their windows take."""
         if self.stopped:
             return {}
-        depth = self.attempts.depth()
+        # While a child starts, nothing waits in another's pipe: it could wait
+        # behind a long job while the new child idles.
+        depth = self.attempts.depth() if self.pool.all_ready() else 1
         room = {}
         for i in self.pool.available():
             left = self.pool.jobs_left(i)  # a child due for recycling holds no more

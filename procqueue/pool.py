@@ -144,6 +144,10 @@ class Pool:
         """Whether the child was told to stop or killed (it takes no new job)."""
         return self._slot(index).killing
 
+    def all_ready(self) -> bool:
+        """Whether every slot's child has said hello (none is starting)."""
+        return all(s.process is not None and s.process.ready for s in self._slots)
+
     def any_dead(self) -> bool:
         return any(s.dead for s in self._slots)
 

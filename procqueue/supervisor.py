@@ -193,7 +193,10 @@ class Supervisor:
         """Waits for I/O until the next thing is due (at most `timeout` s when
         given), handles what arrived, then runs one `tick`."""
         wait = self._timeout(self.clock.monotonic()) if timeout is None else timeout
-        for key, _ in self.selector.select(wait):
+        # A child flushes its output before it replies: reading output before
+        # frames logs each line under the job that wrote it.
+        ready = sorted(self.selector.select(wait), key=_frames_last)
+        for key, _ in ready:
             self._readable(key)
         self.tick(self.clock.monotonic())
 
@@ -412,3 +415,8 @@ class Supervisor:
 
 def _ignore(_: object) -> None:
     pass
+
+
+def _frames_last(item: tuple[selectors.SelectorKey, int]) -> bool:
+    data = item[0].data
+    return isinstance(data, tuple) and data[1] == "proto"

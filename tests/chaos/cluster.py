@@ -10,10 +10,11 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
+from urllib.parse import parse_qs, urlsplit
 
 import psycopg
 
@@ -79,6 +80,40 @@ class Database:
             ).fetchone()
         return int(row[0]) if row else 0
 
+    def stall(self, seconds: float, *, held: Callable[[float], None] | None = None) -> float:
+        """Holds the database for `seconds` through a connection of our own,
+        so that every procqueue write waits (and, on PostgreSQL, every read of
+        the jobs table): SQLite, ``BEGIN EXCLUSIVE`` on the file (in WAL mode
+        readers go on); PostgreSQL, ``LOCK TABLE <schema>.jobs IN ACCESS
+        EXCLUSIVE MODE`` in an open transaction, the schema read from the
+        DSN's ``?schema=``. `held(t)` is called with the time the lock was
+        taken; returns the time it was released (or lost: a server restart
+        ends the transaction)."""
+        if self.path is not None:
+            db = sqlite3.connect(self.path, timeout=60, isolation_level=None)
+            try:
+                db.execute("BEGIN EXCLUSIVE")
+                if held is not None:
+                    held(time.time())
+                time.sleep(seconds)
+                db.execute("COMMIT")
+            finally:
+                db.close()
+            return time.time()
+        schema = parse_qs(urlsplit(self.dsn).query)["schema"][0]
+        with psycopg.connect(PG_URL, application_name=CONTROLLER_NAME, connect_timeout=5) as conn:
+            try:
+                conn.execute("SET lock_timeout = '60s'")
+                conn.execute("SET idle_in_transaction_session_timeout = 0")
+                conn.execute(f'LOCK TABLE "{schema}".jobs IN ACCESS EXCLUSIVE MODE')
+                if held is not None:
+                    held(time.time())
+                time.sleep(seconds)
+                conn.rollback()
+            except psycopg.OperationalError:
+                pass  # the server went away: the lock went with it
+        return time.time()
+
     def drop(self) -> None:
         if self.schema is None:
             return
@@ -118,7 +153,8 @@ class SupervisorProcess:
     log_path: Path
     started_at: float
     fate: str = "running"
-    """running | killed | draining | drained | stopping | stopped | crashed"""
+    """running | frozen (SIGSTOPped) | killed | draining | drained | stopping |
+    stopped | crashed"""
     ended_at: float | None = None
     exit_code: int | None = None
     drain: dict[str, Any] = field(default_factory=dict)
@@ -140,6 +176,14 @@ class SupervisorProcess:
 
     def terminate(self) -> None:
         self.popen.send_signal(signal.SIGTERM)
+
+    def freeze(self) -> None:
+        """SIGSTOP: the supervisor stops, its children (in their own
+        sessions) run on."""
+        self.popen.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        self.popen.send_signal(signal.SIGCONT)
 
     def wait(self, timeout: float) -> int | None:
         try:
@@ -164,7 +208,18 @@ class SupervisorProcess:
             return False
 
     def children(self) -> set[int]:
-        return procfs.children(self.pid) if self.poll() is None else set()
+        """Its child processes: those it started clean, and those its fork
+        server's template forked for it (the template itself left out: it
+        runs no job, and killing it orphans the children it forked)."""
+        if self.poll() is not None:
+            return set()
+        found: set[int] = set()
+        for pid in procfs.children(self.pid):
+            if procfs.title(pid).startswith("procqueue template"):
+                found |= procfs.children(pid)
+            else:
+                found.add(pid)
+        return found
 
 
 def start_supervisor(

@@ -1,8 +1,8 @@
 """The chaos run: several real supervisors on one database, thousands of
 jobs of every kind, and a controller that kills supervisors and children,
-drains supervisors and breaks database connections, then checks what must
-still hold. `scripts/chaos.py` is its command line; `tests/chaos/` runs a
-bounded version in CI.
+drains supervisors, freezes them (SIGSTOP), stalls the database and breaks
+database connections, then checks what must still hold. `scripts/chaos.py`
+is its command line; `tests/chaos/` runs a bounded version in CI.
 
 Only real processes and real signals. Time is measured, never assumed:
 the controller sleeps only for its own cadence, and every wait is for a
@@ -79,6 +79,15 @@ class Config:
     limit: int = 2
     kill_every: float = 0.5
     terminations: int = 2
+    stalls: int = 0
+    """Database stalls: a lock of the harness's own held on the database."""
+    stall_seconds: tuple[float, float] = (5.0, 20.0)
+    """Length of each stall, drawn uniformly from (min, max)."""
+    freezes: int = 0
+    """Supervisors SIGSTOPped (then SIGCONTed) while their jobs run."""
+    freeze_seconds: float | None = None
+    """How long a supervisor stays stopped (None: the lease + 2 s, so its
+    jobs' leases lapse and other supervisors rescue them)."""
     settle_timeout: float = 150.0
     orphan_probes: int = 3
     flood_seconds: float = 0.0
@@ -217,6 +226,20 @@ class Chaos:
         self.drain_due_since = 0.0
         self.backlog: list[int] = []
         self.restart_windows: list[tuple[float, float]] = []
+        self.stalling = threading.Event()
+        """Set from a stall's request to its end: no enqueue, restart, drain,
+        supervisor kill or freeze starts meanwhile (see `_stall`)."""
+        self.stall_thread: threading.Thread | None = None
+        self.stall_windows: list[tuple[float, float]] = []
+        """(requested, released) of each stall: from the request on, new
+        requests queue behind it."""
+        self.stall_held: list[float] = []
+        self.stall_errors: list[str] = []
+        self.frozen: list[tuple[cluster.SupervisorProcess, float, float, dict[int, int]]] = []
+        """(supervisor, monotonic thaw time, time stopped, jobs held -> child pid)."""
+        self.freeze_windows: list[dict[str, Any]] = []
+        self.sample_times: list[float] = []
+        self.probe_errors: list[str] = []
         self.app = chaos_jobs.app.using(self.db.dsn)
 
     # -- output -------------------------------------------------------------
@@ -278,6 +301,11 @@ class Chaos:
                     sup.exit_code = code
 
     def restart_dead(self) -> None:
+        if self.stalling.is_set():
+            # A supervisor's start migrates and publishes queue limits, calls
+            # bounded by the store's timeouts: it may give up during a stall.
+            # The stall is for supervisors already supervising.
+            return
         for index, sup in enumerate(self.slots):
             if sup is None or sup.fate in ("killed", "drained", "crashed"):
                 self.start(index)
@@ -303,7 +331,8 @@ class Chaos:
         if not pool:
             return
         pid, title = self.rng.choice(pool)
-        if procfs.kill_pid(pid, signal.SIGKILL, expected_parent=sup.pid):
+        # its parent: the supervisor, or the fork server's template that forked it
+        if procfs.kill_pid(pid, signal.SIGKILL, expected_parent=procfs.parent(pid)):
             self.faults["kill -9 child"] += 1
             self.event("kill_child", pid=pid, supervisor=sup.pid, job=procfs.job_in_title(title))
 
@@ -404,6 +433,7 @@ class Chaos:
                     if self.phase == "chaos":
                         self.backlog.append(sum(q.pending for q in stats.values()))
                     self.samples += 1
+                    self.sample_times.append(time.time())
                     self.max_running = max(self.max_running, running)
                     if running > self.cfg.limit:
                         self.over_limit.append((time.time(), running))
@@ -565,6 +595,15 @@ class Chaos:
             db_faults.sort()
         drains = max(2, round(duration / 15))
         drain_at = [t0 + duration * (i + 1) / (drains + 1) for i in range(drains)]
+        # Stalls in the middle of the run (clear of the terminations at 1/3 and
+        # 2/3 when there is one), each over before the chaos ends; freezes earlier.
+        lo, hi = cfg.stall_seconds
+        stall_at = []
+        for i in range(cfg.stalls):
+            seconds = self.rng.uniform(lo, hi)
+            at = min(0.15 + 0.6 * (i + 0.5) / cfg.stalls, max(0.0, 0.9 - seconds / duration))
+            stall_at.append((t0 + duration * at, seconds))
+        freeze_at = [t0 + duration * 0.8 * (i + 0.25) / cfg.freezes for i in range(cfg.freezes)]
         next_report = t0 + 10
         while True:
             now = time.monotonic()
@@ -574,12 +613,19 @@ class Chaos:
                 drain_at.pop(0)
                 if not self.drain_due:
                     self.drain_due, self.drain_due_since = True, now
-            while schedule and schedule[0][0] <= now:
+            # During a stall enqueues wait for it (they would hold up the controller).
+            while schedule and schedule[0][0] <= now and not self.stalling.is_set():
                 batch = schedule.pop(0)[1]
                 if batch:
                     self.enqueue(batch)
             while db_faults and db_faults[0][0] <= now:
                 self._db_fault(db_faults.pop(0)[1])
+            self._thaw(due_only=True)
+            quiet = not self.stalling.is_set() and not self.frozen  # one at a time
+            if quiet and stall_at and stall_at[0][0] <= now:
+                self._start_stall(stall_at.pop(0)[1])
+            elif quiet and freeze_at and freeze_at[0] <= now and self._freeze(now - freeze_at[0]):
+                freeze_at.pop(0)
             self.check_exits()
             self.restart_dead()
             self._act()
@@ -587,10 +633,108 @@ class Chaos:
                 next_report = now + 15
                 self.say(f"t+{now - t0:.0f}s enqueued {len(self.ids)}, faults {dict(self.faults)}")
             time.sleep(cfg.kill_every * self.rng.uniform(0.5, 1.5))
+        if stall_at or freeze_at:
+            self.say(f"chaos too short for {len(stall_at)} stalls, {len(freeze_at)} freezes")
+        if self.stall_thread is not None:
+            self.stall_thread.join()
+        while self.frozen:  # each stays stopped as long as planned
+            self._thaw(due_only=True)
+            time.sleep(0.05)
         for _, batch in schedule:
             if batch:
                 self.enqueue(batch)
         self.t_chaos_end = time.time()
+
+    # -- stalls and freezes -------------------------------------------------------
+
+    def _start_stall(self, seconds: float) -> None:
+        self.stalling.set()
+        self.stall_thread = threading.Thread(
+            target=self._stall, args=(seconds,), name="stall", daemon=True
+        )
+        self.stall_thread.start()
+
+    def _stall(self, seconds: float) -> None:
+        """Holds the database for `seconds` (`cluster.Database.stall`). It
+        waits first for every supervisor to be supervising (a start is not
+        a supervision loop) and for no drain to be under way (a drain's last
+        writes are bounded: one during a stall hands back nothing, by design)."""
+        try:
+            with contextlib.suppress(TimeoutError):
+                wait_for(self._quiet_for_stall, timeout=20, interval=0.05, what="a quiet moment")
+            requested = time.time()
+            held: list[float] = []
+
+            def taken(t: float) -> None:
+                held.append(t)
+                self.say(f"stalling the database for {seconds:.1f}s")
+
+            released = self.db.stall(seconds, held=taken)
+            start = held[0] if held else released
+            with self.lock:
+                self.stall_windows.append((requested, released))
+                self.stall_held.append(released - start)
+            self.faults["database stall"] += 1
+            self.event("stall", requested=requested, held=start, released=released, seconds=seconds)
+            self.say(f"database released after {released - start:.1f}s")
+        except Exception as exc:
+            self.stall_errors.append(f"{type(exc).__name__}: {exc}")
+            self.say(f"stall failed: {exc}")
+        finally:
+            self.stalling.clear()
+
+    def _quiet_for_stall(self) -> bool:
+        sups = [s for s in self.slots if s is not None]
+        return all(s.fate != "draining" for s in sups) and all(
+            s.ready() for s in sups if s.fate == "running"
+        )
+
+    def _freeze(self, late: float) -> bool:
+        """SIGSTOPs a supervisor for longer than the lease; False if none fits
+        now. Wanted: one running a slow job (1.5-3 s, so it is likely still
+        running when the lease could no longer be renewed and its child must
+        end it); after 10 s of waiting, one running any job; after 20 s, any."""
+        live = [s for s in self.live() if s.ready()]
+        if len(live) < 2:
+            return False  # another must be there to rescue its jobs
+        titles = {s.pid: [procfs.title(k) for k in s.children()] for s in live}
+        busy = [s for s in live if any(procfs.job_in_title(t) for t in titles[s.pid])]
+        slow = [s for s in busy if any(".slow#" in t for t in titles[s.pid])]
+        pool = slow or (busy if late > 10 else []) or (live if late > 20 else [])
+        if not pool:
+            return False
+        sup = self.rng.choice(pool)
+        held = {
+            procfs.job_in_title(t): k
+            for k in sup.children()
+            if (t := procfs.title(k)) and procfs.job_in_title(t)
+        }
+        seconds = (
+            self.cfg.freeze_seconds if self.cfg.freeze_seconds is not None else self.cfg.lease + 2
+        )
+        t = time.time()
+        sup.freeze()
+        sup.fate = "frozen"
+        self.frozen.append((sup, time.monotonic() + seconds, t, held))
+        self.faults["SIGSTOP supervisor"] += 1
+        self.event("freeze", pid=sup.pid, held=held, seconds=seconds)
+        self.say(f"SIGSTOP supervisor {sup.pid} for {seconds:g}s holding jobs {sorted(held)}")
+        return True
+
+    def _thaw(self, *, due_only: bool) -> None:
+        now = time.monotonic()
+        for entry in list(self.frozen):
+            sup, thaw_at, t, held = entry
+            if due_only and now < thaw_at:
+                continue
+            sup.thaw()
+            if sup.fate == "frozen":
+                sup.fate = "running"
+            self.frozen.remove(entry)
+            t_thaw = time.time()
+            self.freeze_windows.append({"pid": sup.pid, "t": t, "thawed": t_thaw, "held": held})
+            self.event("thaw", pid=sup.pid, seconds=t_thaw - t)
+            self.say(f"SIGCONT supervisor {sup.pid} after {t_thaw - t:.1f}s")
 
     def _act(self) -> None:
         live = self.live()
@@ -599,7 +743,12 @@ class Chaos:
         draining = any(s is not None and s.fate == "draining" for s in self.slots)
         r = self.rng.random()
         target = self.rng.choice(live)
-        if self.drain_due and not draining and len(live) >= 2:
+        if self.stalling.is_set():
+            # Supervisors ride the stall out (none would be restarted meanwhile);
+            # their children are still fair game.
+            if r < 0.6:
+                self.kill_child(target)
+        elif self.drain_due and not draining and len(live) >= 2:
             # one running a job longer than the grace, whose job it hands back;
             # any, once none did for 10 s
             ready = [s for s in live if s.ready()]
@@ -683,7 +832,11 @@ class Chaos:
             return
         oldest = rows[0][0] if rows else None
         if oldest is not None:
-            self.overdue_max = max(self.overdue_max, time.time() - float(oldest))
+            # No rescue can be written while the database is stalled: that
+            # time does not count against the supervisors.
+            now = time.time()
+            late = now - float(oldest) - self.stalled_between(float(oldest), now)
+            self.overdue_max = max(self.overdue_max, late)
 
     def _orphan_probes(self) -> None:
         """Quiet measurement: kill -9 the supervisor holding a job; time until
@@ -692,25 +845,10 @@ class Chaos:
         times: list[float] = []
         sups = [self.start(i, cron=False) for i in range(2)]
         try:
-            for n in range(self.cfg.orphan_probes):
-                job_id = self.app.enqueue(J + "hold", {"seconds": 60.0}, key=f"probe:{n}")
-                first = wait_for(
-                    functools.partial(self._started, job_id, 1), timeout=30, what="the probe"
-                )
-                owner = next((s for s in sups if first.pid in procfs.children(s.pid)), None)
-                if owner is None:
-                    continue
-                t_kill = time.time()
-                owner.kill()
-                owner.fate = "killed"
-                owner.wait(timeout=10)
-                second = wait_for(
-                    functools.partial(self._started, job_id, 2), timeout=30, what="attempt 2"
-                )
-                times.append(second.t - t_kill)
-                self.app.wait(job_id, timeout=30)
-                replacement = self.start(owner.index, cron=False)
-                sups[sups.index(owner)] = replacement
+            self._probe_all(sups, times)
+        except (TimeoutError, errors.ProcqueueError) as exc:  # an invariant, not a crash
+            self.probe_errors.append(f"probe {len(times) + 1}: {exc}")
+            self.say(f"orphan probe: {exc}")
         finally:
             for sup in sups:
                 if sup.poll() is None:
@@ -720,6 +858,28 @@ class Chaos:
                     sup.fate = "stopped"
         self.figures["orphan_probe_s"] = [round(t, 2) for t in times]
 
+    def _probe_all(self, sups: list[cluster.SupervisorProcess], times: list[float]) -> None:
+        """The probes, each time appended to `times`; `sups` kept at two."""
+        for n in range(self.cfg.orphan_probes):
+            job_id = self.app.enqueue(J + "hold", {"seconds": 60.0}, key=f"probe:{n}")
+            first = wait_for(
+                functools.partial(self._started, job_id, 1), timeout=30, what="the probe"
+            )
+            owner = next((s for s in sups if first.pid in procfs.children(s.pid)), None)
+            if owner is None:
+                continue
+            t_kill = time.time()
+            owner.kill()
+            owner.fate = "killed"
+            owner.wait(timeout=10)
+            second = wait_for(
+                functools.partial(self._started, job_id, 2), timeout=30, what="attempt 2"
+            )
+            times.append(second.t - t_kill)
+            self.app.wait(job_id, timeout=30)
+            replacement = self.start(owner.index, cron=False)
+            sups[sups.index(owner)] = replacement
+
     def _started(self, job_id: int, attempt: int) -> Record | None:
         for r in read_side_log(self.side_log):
             if r.id == job_id and r.attempt == attempt and r.event == "start":
@@ -727,6 +887,12 @@ class Chaos:
         return None
 
     # -- checking -------------------------------------------------------------
+
+    def stalled_between(self, a: float, b: float) -> float:
+        """Seconds of [a, b] during which the database was stalled by us."""
+        with self.lock:
+            windows = list(self.stall_windows)
+        return sum(max(0.0, min(b, e) - max(a, s)) for s, e in windows)
 
     def excused(self, t: float) -> bool:
         """Whether `t` falls where the database was away for longer than a lease."""
@@ -883,8 +1049,23 @@ class Chaos:
         )
         self.figures["serial_overlaps_during_restarts"] = excused
 
+        # 5b. no two runs of one job overlapped: never excused, not by restarts,
+        # stalls or freezes (children end their jobs before their leases run out)
+        self._check_overlapping_runs(infos)
+
         # 6. the queue limit
-        rate = self.samples / self.sampling_s if self.sampling_s else 0.0
+        # On PostgreSQL a stall's ACCESS EXCLUSIVE lock holds every read of the
+        # jobs table too, so nothing can be sampled then: the rate is measured
+        # outside the stalls. (On SQLite in WAL mode readers go on: no excuse.)
+        sampling_s, samples = self.sampling_s, self.samples
+        if cfg.backend == "postgres" and self.stall_windows:
+            t_end = max(self.sample_times, default=0.0)
+            t_begin = t_end - self.sampling_s
+            sampling_s -= self.stalled_between(t_begin, t_end)
+            samples = sum(
+                1 for t in self.sample_times if not any(a <= t <= b for a, b in self.stall_windows)
+            )
+        rate = samples / sampling_s if sampling_s > 0 else 0.0
         overlimit_all = [r for r in records if r.event == "overlimit"]
         overlimit = [r for r in overlimit_all if not self.excused(r.t)]
         peak = _peak_concurrency(
@@ -900,7 +1081,8 @@ class Chaos:
             f"the {LIMITED} queue never ran more than its limit ({cfg.limit})",
             not self.over_limit and not overlimit and peak <= cfg.limit and rate >= 10,
             f"max running sampled {self.max_running} over {self.samples} samples "
-            f"({rate:.0f}/s, {self.sample_errors} failed while the database was away); "
+            f"({rate:.0f}/s{' outside stalls' if samples != self.samples else ''}, "
+            f"{self.sample_errors} failed while the database was away); "
             f"slot-lock overflows {len(overlimit)}; peak of completed runs {peak}"
             + (
                 f"; {len(overlimit_all) - len(overlimit)} slot-lock overflows while the "
@@ -1018,6 +1200,14 @@ class Chaos:
             + (": " + "; ".join(spent[:5]) if spent else ""),
         )
 
+        if cfg.orphan_probes:
+            self.check(
+                "each orphan probe ran, and ran again after its supervisor's kill -9",
+                not self.probe_errors,
+                f"{len(self.figures.get('orphan_probe_s', []))} of {cfg.orphan_probes} probes "
+                f"measured" + (": " + "; ".join(self.probe_errors) if self.probe_errors else ""),
+            )
+
         # 10. supervisors never crashed
         self.check(
             "no supervisor exited unless killed or asked to stop",
@@ -1075,6 +1265,17 @@ class Chaos:
                 "supervisor_processes": len(self.history),
                 "backends_terminated": self.terminated,
                 "server_restart_s": [round(x, 1) for x in self.restart_seconds],
+                "stalls": {
+                    "count": len(self.stall_held),
+                    "seconds": [round(x, 1) for x in self.stall_held],
+                    "errors": self.stall_errors,
+                },
+                "freezes": {
+                    "count": len(self.freeze_windows),
+                    "seconds": [round(w["thawed"] - w["t"], 1) for w in self.freeze_windows],
+                    "jobs_held": [len(w["held"]) for w in self.freeze_windows],
+                    "held_jobs_run_again_while_frozen": self._rescued_while_frozen(by_id),
+                },
                 "enqueue_retries": self.enqueue_retries,
                 "orphan_rerun_s": orphan_times,
                 "pending_during_chaos": {
@@ -1083,6 +1284,85 @@ class Chaos:
                 },
             }
         )
+
+    def _rescued_while_frozen(self, by_id: dict[int, list[Record]]) -> int:
+        """Jobs a frozen supervisor held that another run started before it was thawed."""
+        n = 0
+        for w in self.freeze_windows:
+            for job_id, pid in w["held"].items():
+                rs = by_id.get(job_id, [])
+                if any(
+                    x.event == "start" and x.pid != pid and w["t"] < x.t < w["thawed"] for x in rs
+                ):
+                    n += 1
+        return n
+
+    def _check_overlapping_runs(self, infos: dict[int, JobInfo]) -> None:
+        """Every run holds the flock ``job-<id>`` while it executes: an
+        ``overlap-run`` line is a run that started while another run of the
+        same job was alive (killed runs included: the kernel drops a dead
+        process's locks). Cross-checked with the (start, end) spans of runs
+        that recorded both. Probe jobs count too."""
+        records = read_side_log(self.side_log)
+        by_id: dict[int, list[Record]] = defaultdict(list)
+        for r in records:
+            by_id[r.id].append(r)
+        flagged = [r for r in records if r.event == "overlap-run"]
+        spans_checked, crossed = 0, []
+        for job_id, rs in by_id.items():
+            starts = {(r.attempt, r.pid): r.t for r in rs if r.event == "start"}
+            ends = {(r.attempt, r.pid): r.t for r in rs if r.event == "end"}
+            spans = sorted((starts[k], ends[k], k) for k in starts if k in ends)
+            spans_checked += len(spans)
+            latest_end, latest = -math.inf, (0, 0)
+            for start, end, k in spans:
+                if start < latest_end:
+                    crossed.append(
+                        f"job {job_id}: attempt {k[0]} (pid {k[1]}) started "
+                        f"{latest_end - start:.3f}s before attempt {latest[0]} (pid {latest[1]}) "
+                        "ended"
+                    )
+                if end > latest_end:
+                    latest_end, latest = end, k
+        details = [self._overlap_story(r, by_id[r.id], infos.get(r.id)) for r in flagged]
+        self.figures["overlap_runs"] = len(flagged)
+        self.figures["overlap_runs_detail"] = details + crossed
+        self.check(
+            "no two runs of one job overlapped in time",
+            not flagged and not crossed,
+            f"{sum(1 for v in by_id.values() if any(r.event == 'start' for r in v))} jobs, "
+            f"{sum(1 for r in records if r.event == 'start')} runs; overlap-run lock records "
+            f"{len(flagged)}; overlapping (start, end) spans {len(crossed)} of "
+            f"{spans_checked} completed runs (nothing excused, restarts and stalls included)"
+            + (": " + " || ".join((details + crossed)[:3]) if flagged or crossed else ""),
+        )
+
+    def _overlap_story(self, r: Record, rs: list[Record], info: JobInfo | None) -> str:
+        """What the side log and the controller saw around an overlap of job `r.id`."""
+        lines = [
+            f"job {r.id} attempt {r.attempt} (pid {r.pid}) found another run holding its "
+            f"lock at {r.t:.3f}"
+            + (
+                f"; row now {info.state} after {info.attempts} attempts: "
+                f"{(info.error or '')[:100]!r}"
+                if info is not None
+                else ""
+            )
+        ]
+        for x in sorted(rs, key=lambda x: x.t):
+            lines.append(f"  {x.t - r.t:+.3f}s attempt {x.attempt} pid {x.pid} {x.event}")
+        pids = {x.pid for x in rs}
+        with self.lock:
+            events = list(self.events)
+        for e in events:
+            if not r.t - 3 * self.cfg.lease - 25 <= e["t"] <= r.t + 2:
+                continue
+            mentions = e.get("pid") in pids or r.id in (e.get("held") or {})
+            mentions = mentions or e.get("job") == r.id
+            if mentions or e["kind"] in ("stall", "freeze", "thaw", "terminate_backends"):
+                extra = {k: v for k, v in e.items() if k not in ("t", "kind", "children")}
+                lines.append(f"  {e['t'] - r.t:+.3f}s controller: {e['kind']} {extra}")
+        return "\n".join(lines)
 
     def _orphan_times(self, by_id: dict[int, list[Record]]) -> dict[str, Any]:
         """From the chaos: kill -9 of a supervisor to the next start of each job it ran."""
@@ -1110,6 +1390,7 @@ class Chaos:
 
     def _print(self) -> None:
         f = self.figures
+        stalls, freezes = f.get("stalls", {}), f.get("freezes", {})
         lines = [
             "",
             f"== chaos run on {self.cfg.backend} (seed {self.seed}) ==",
@@ -1126,6 +1407,12 @@ class Chaos:
             f"orphaned job ran again after (quiet probe, lease {self.cfg.lease:g}s): "
             f"{f.get('orphan_probe_s')}",
             f"slowest child death after its supervisor's kill -9: {f.get('child_death_max_s')}s",
+            f"database stalls: {stalls.get('count')} (held {stalls.get('seconds')}s)"
+            + (f" errors {stalls['errors']}" if stalls.get("errors") else ""),
+            f"frozen supervisors (SIGSTOP): {freezes.get('count')} ({freezes.get('seconds')}s, "
+            f"jobs held {freezes.get('jobs_held')}, run again elsewhere while frozen "
+            f"{freezes.get('held_jobs_run_again_while_frozen')})",
+            f"overlap-run records (must be 0): {f.get('overlap_runs')}",
             f"settled in {f.get('settle_s')}s after the chaos",
         ]
         if "flood" in f:
@@ -1247,6 +1534,18 @@ def flood_check(
 # -- command line --------------------------------------------------------------------
 
 
+def _seconds_range(text: str) -> tuple[float, float]:
+    """``MIN-MAX`` or ``N`` seconds, as (min, max)."""
+    try:
+        lo, _, hi = text.partition("-")
+        low, high = float(lo), float(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not MIN-MAX seconds: {text!r}") from None
+    if not 0 < low <= high:
+        raise argparse.ArgumentTypeError(f"need 0 < MIN <= MAX: {text!r}")
+    return (low, high)
+
+
 def parse_args(argv: list[str] | None) -> Config:
     p = argparse.ArgumentParser(
         prog="scripts/chaos.py",
@@ -1265,6 +1564,31 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--supervisors", type=int, default=3)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--lease", type=float, default=3.0)
+    p.add_argument(
+        "--stalls",
+        type=int,
+        default=2,
+        help="database stalls: SQLite, BEGIN EXCLUSIVE held on the file; PostgreSQL, "
+        "ACCESS EXCLUSIVE lock on the jobs table in an open transaction (default 2)",
+    )
+    p.add_argument(
+        "--stall-seconds",
+        type=_seconds_range,
+        default=(5.0, 20.0),
+        metavar="MIN-MAX",
+        help="length of each stall, drawn from MIN-MAX seconds (or one number; default 5-20)",
+    )
+    p.add_argument(
+        "--freezes",
+        type=int,
+        default=2,
+        help="supervisors SIGSTOPped while they hold jobs, then SIGCONTed (default 2)",
+    )
+    p.add_argument(
+        "--freeze-seconds",
+        type=float,
+        help="how long each stays stopped (default: the lease + 2 s, so its leases lapse)",
+    )
     p.add_argument("--flood-seconds", type=float, default=60.0, help="0 skips the flood")
     p.add_argument("--orphan-probes", type=int, default=3)
     p.add_argument("--settle-timeout", type=float, default=240.0)
@@ -1275,6 +1599,8 @@ def parse_args(argv: list[str] | None) -> Config:
     a = p.parse_args(argv)
     if a.restart_server and a.backend != "postgres":
         p.error("--restart-server needs --backend postgres")
+    if a.stalls < 0 or a.freezes < 0:
+        p.error("--stalls and --freezes take a count >= 0")
     return Config(
         backend=a.backend,
         minutes=a.minutes,
@@ -1284,6 +1610,10 @@ def parse_args(argv: list[str] | None) -> Config:
         supervisors=a.supervisors,
         workers=a.workers,
         lease=a.lease,
+        stalls=a.stalls,
+        stall_seconds=a.stall_seconds,
+        freezes=a.freezes,
+        freeze_seconds=a.freeze_seconds,
         flood_seconds=a.flood_seconds,
         orphan_probes=a.orphan_probes,
         settle_timeout=a.settle_timeout,

@@ -3,20 +3,24 @@
 Each job appends ``ID ATTEMPT PID EVENT TIME [EXTRA]`` to the side log named
 by ``$PROCQUEUE_CHAOS_LOG`` when its work starts and ends, in one
 ``O_APPEND`` write per line so that lines of concurrent children never mix.
-Serial-key and limited-queue jobs also take ``flock``s in
-``$PROCQUEUE_CHAOS_LOCKS``: a lock already held by another live process is
-an overlap seen at the moment it happens, killed runs included (the kernel
-drops a dead process's locks).
+Every run of every job holds an exclusive ``flock`` on ``job-<id>`` in
+``$PROCQUEUE_CHAOS_LOCKS`` while it executes (`exclusive`), and serial-key
+and limited-queue jobs also take ``serial-<key>`` and ``limited-<slot>``
+locks there: a lock already held by another live process is an overlap
+seen at the moment it happens, killed runs included (the kernel drops a
+dead process's locks).
 """
 
 from __future__ import annotations
 
 import ctypes
 import fcntl
+import functools
 import hashlib
 import os
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from procqueue import App, Context, Permanent
 
@@ -69,7 +73,31 @@ def _unlock(fd: int | None) -> None:
         os.close(fd)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exclusive(fn: F) -> F:
+    """Holds an exclusive flock on ``job-<id>`` while a run of the job executes
+    (applied under ``@app.job``; `functools.wraps` keeps the signature and the
+    `Context` annotation procqueue reads). A lock already held is another run
+    of the same job still executing: an ``overlap-run`` line in the side log.
+    The job runs anyway, so the overlap shows in its start/end times too."""
+
+    @functools.wraps(fn)
+    def run(cx: Context, *args: Any, **kwargs: Any) -> Any:
+        fd = _try_lock(f"job-{cx.id}")
+        if fd is None:
+            record(cx, "overlap-run")
+        try:
+            return fn(cx, *args, **kwargs)
+        finally:
+            _unlock(fd)
+
+    return run  # type: ignore[return-value]
+
+
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def short(cx: Context, n: int) -> int:
     record(cx, "start")
     record(cx, "end")
@@ -77,6 +105,7 @@ def short(cx: Context, n: int) -> int:
 
 
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def cpu(cx: Context, n: int, rounds: int) -> str:
     record(cx, "start")
     digest = str(n).encode()
@@ -87,6 +116,7 @@ def cpu(cx: Context, n: int, rounds: int) -> str:
 
 
 @app.job(max_attempts=2, timeout=TIMEOUT_S, backoff=BACKOFF)
+@exclusive
 def oversleep(cx: Context, seconds: float, cooperative: bool) -> None:
     """Sleeps past its timeout, so every attempt is killed: at once when it
     stops on `cx.cancelled`, after the kill grace when it sleeps on."""
@@ -102,6 +132,7 @@ def oversleep(cx: Context, seconds: float, cooperative: bool) -> None:
 
 
 @app.job(max_attempts=2, backoff=BACKOFF)
+@exclusive
 def crash(cx: Context, how: str) -> None:
     """Dies on every attempt: a segfault or ``os._exit``."""
     record(cx, "start")
@@ -109,6 +140,7 @@ def crash(cx: Context, how: str) -> None:
 
 
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def crash_once(cx: Context, how: str) -> int:
     """Dies on its first attempt, succeeds on the next."""
     record(cx, "start")
@@ -125,6 +157,7 @@ def _die(how: str) -> None:
 
 
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def serial(cx: Context, key: str, seconds: float) -> None:
     """A job with a serial key: its lock file is held while it runs."""
     fd = _try_lock(f"serial-{key}")
@@ -137,6 +170,7 @@ def serial(cx: Context, key: str, seconds: float) -> None:
 
 
 @app.job(queue="limited", max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def limited(cx: Context, limit: int, seconds: float) -> None:
     """A job of the limited queue: holds one of `limit` slot locks while it runs."""
     fd = None
@@ -153,6 +187,7 @@ def limited(cx: Context, limit: int, seconds: float) -> None:
 
 
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def steps(cx: Context, n: int, seconds: float) -> list[int]:
     """Two durable steps; each records the attempt that did its work."""
 
@@ -169,6 +204,7 @@ def steps(cx: Context, n: int, seconds: float) -> list[int]:
 
 
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def slow(cx: Context, seconds: float) -> None:
     """Longer than a drain's grace: a drain hands it back."""
     record(cx, "start")
@@ -177,6 +213,7 @@ def slow(cx: Context, seconds: float) -> None:
 
 
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def hold(cx: Context, seconds: float) -> int:
     """Holds its first attempt for `seconds` (to be orphaned); later ones return at once."""
     record(cx, "start")
@@ -187,6 +224,7 @@ def hold(cx: Context, seconds: float) -> int:
 
 
 @app.cron(CRON, max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
 def tick(cx: Context) -> int:
     record(cx, "start")
     record(cx, "end")

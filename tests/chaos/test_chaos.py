@@ -1,7 +1,10 @@
 """A bounded chaos run per backend (CI): `scripts/chaos.py` as a real
-process, 500 jobs under ~45 s of kill -9s, drains and, on PostgreSQL,
-terminated connections (and server restarts when PROCQUEUE_TEST_RESTART_PG=1,
-which CI sets because it runs alone). Every invariant of the run must hold."""
+process, 500 jobs under ~45 s of kill -9s, drains, one database stall of
+5-8 s, one supervisor frozen (SIGSTOP) for the lease + 2 s and, on
+PostgreSQL, terminated connections (and server restarts when
+PROCQUEUE_TEST_RESTART_PG=1, which CI sets because it runs alone). Every
+invariant of the run must hold, "no two runs of one job overlap in time"
+among them."""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 JOBS = 500
 MINUTES = 0.75
 LEASE = 3.0
+STALL_S = (5.0, 8.0)
+FREEZE_S = LEASE + 2
 
 
 def run_chaos(backend: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
@@ -40,6 +45,14 @@ def run_chaos(backend: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
         "0",
         "--orphan-probes",
         "1",
+        "--stalls",
+        "1",
+        "--stall-seconds",
+        f"{STALL_S[0]:g}-{STALL_S[1]:g}",
+        "--freezes",
+        "1",
+        "--freeze-seconds",
+        f"{FREEZE_S:g}",
         "--settle-timeout",
         "120",
         "--workdir",
@@ -73,6 +86,11 @@ def assert_chaos_happened(doc: dict[str, Any]) -> None:
     assert faults.get("SIGTERM (drain)", 0) >= 2, faults
     assert f["jobs"] >= JOBS, f
     assert f["lost"] == 0
+    assert faults.get("database stall") == 1, faults
+    assert all(STALL_S[0] - 0.5 <= s <= STALL_S[1] + 0.5 for s in f["stalls"]["seconds"]), f
+    assert faults.get("SIGSTOP supervisor") == 1, faults
+    assert all(s >= FREEZE_S for s in f["freezes"]["seconds"]), f
+    assert f["overlap_runs"] == 0, f["overlap_runs_detail"]
     assert f["queue"]["max_running_sampled"] <= f["queue"]["limit"]
     assert f["queue"]["samples_per_s"] >= 10
     # an orphaned job runs again about one lease after its supervisor died

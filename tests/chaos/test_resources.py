@@ -116,7 +116,8 @@ def test_sqlite_on_a_full_filesystem_refuses_keeps_the_file_intact_and_resumes(
                 timeout=30,
                 what="the supervisor to report the outage",
             )
-            wait_until(lambda: len(runs(log)) == 6, timeout=30, what="three jobs to end")
+            # (jobs claimed ahead start as these end: the log may already say more)
+            wait_until(lambda: len(runs(log)) >= 6, timeout=30, what="three jobs to end")
             assert sup.poll() is None, sup.log_tail()
             assert integrity(db_path) == "ok"
             states = Counter(app.get(i).state for i in ids)
