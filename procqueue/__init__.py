@@ -17,16 +17,18 @@ from procqueue.errors import (
     Permanent,
     ProcqueueError,
     ProtocolError,
+    QueueNotFound,
     Retry,
     SchemaTooNew,
     StoreError,
     StoreRejected,
 )
-from procqueue.models import Backoff, JobInfo, JobState
+from procqueue.models import AttemptInfo, Backoff, JobInfo, JobState, QueueInfo, SupervisorInfo
 from procqueue.registry import Job
 
 __all__ = [
     "App",
+    "AttemptInfo",
     "Backoff",
     "ConfigError",
     "Context",
@@ -40,9 +42,12 @@ __all__ = [
     "Permanent",
     "ProcqueueError",
     "ProtocolError",
+    "QueueInfo",
+    "QueueNotFound",
     "Retry",
     "SchemaTooNew",
     "StoreError",
     "StoreRejected",
+    "SupervisorInfo",
     "load_app",
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import _clock, _format, config, configfile, cron, errors, logs, models
+from procqueue import _clock, _format, config, configfile, cron, errors, logs
 from procqueue import store as store_mod
 from procqueue.app import App, load_app
 
@@ -182,7 +182,8 @@ def cmd_jobs(args: argparse.Namespace, app: App) -> int:
         for info in found:
             print(_format.job_json(info))
     elif found:
-        print(_format.table(_format.JOB_HEADERS, [_format.job_row(i) for i in found]))
+        headers = _format.job_headers(args.state)
+        print(_format.table(headers, [_format.job_row(i, args.state) for i in found]))
     else:
         print("no jobs", file=sys.stderr)
     return 0
@@ -191,21 +192,6 @@ def cmd_jobs(args: argparse.Namespace, app: App) -> int:
 def cmd_show(args: argparse.Namespace, app: App) -> int:
     info = app.get(args.id)
     print(_format.job_json(info) if args.json else _format.job_detail(info))
-    return 0
-
-
-def cmd_cancel(args: argparse.Namespace, app: App) -> int:
-    state = app.cancel(args.id)
-    if state == models.JobState.CANCELLED:
-        print(f"job {args.id} cancelled")
-    else:
-        print(f"job {args.id} is {state}: cancel requested, its supervisor will stop it")
-    return 0
-
-
-def cmd_retry(args: argparse.Namespace, app: App) -> int:
-    app.retry(args.id)
-    print(f"job {args.id} is pending again, attempts reset")
     return 0
 
 
@@ -230,23 +216,6 @@ def cmd_prune(args: argparse.Namespace, app: App) -> int:
         if n < PRUNE_BATCH:
             break
     print(f"pruned {total} job{'' if total == 1 else 's'}")
-    return 0
-
-
-def cmd_queues(args: argparse.Namespace, app: App) -> int:
-    if args.action == "pause":
-        app.pause(args.queue)
-        print(f"queue {args.queue} paused: no new claims from it")
-        return 0
-    if args.action == "resume":
-        app.resume(args.queue)
-        print(f"queue {args.queue} resumed")
-        return 0
-    queues = list(app.stats().values())
-    if queues:
-        print(_format.table(_format.QUEUE_HEADERS, [_format.queue_row(q) for q in queues]))
-    else:
-        print("no queues", file=sys.stderr)
     return 0
 
 

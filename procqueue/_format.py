@@ -96,16 +96,72 @@ def moment(value: dt.datetime) -> str:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
-def job_row(info: models.JobInfo) -> list[object]:
-    return [
+ERROR_COLUMN_CHARS = 60
+
+
+def job_headers(state: str | None) -> tuple[str, ...]:
+    """JOB_HEADERS, plus the error of failed jobs or the owner of running ones."""
+    if state == "failed":
+        return (*JOB_HEADERS, "error")
+    if state == "running":
+        return (*JOB_HEADERS, "owner")
+    return JOB_HEADERS
+
+
+def job_row(info: models.JobInfo, state: str | None = None) -> list[object]:
+    shown = "undecodable" if info.undecodable else info.state.value
+    if info.orphaned:
+        shown += " (orphaned)"
+    row: list[object] = [
         info.id,
         info.name,
         info.queue,
-        "undecodable" if info.undecodable else info.state.value,
+        shown,
         f"{info.attempts}/{info.max_attempts}",
         progress(info),
         when(info.created_at),
     ]
+    if state == "failed":
+        row.append(first_line(info.error, ERROR_COLUMN_CHARS))
+    elif state == "running":
+        row.append(owner(info.owner))
+    return row
+
+
+def first_line(text: str | None, limit: int) -> str:
+    """The first non-empty line of `text`, cut to `limit` characters (``-`` if none)."""
+    line = next((ln.strip() for ln in (text or "").splitlines() if ln.strip()), "")
+    if not line:
+        return "-"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def owner(text: str | None) -> str:
+    """``host:pid`` of a supervisor's owner string (its token left out)."""
+    host, pid = models.owner_parts(text)
+    if host is None:
+        return "-"
+    return host if pid is None else f"{host}:{pid}"
+
+
+def history_lines(history: Sequence[models.AttemptInfo]) -> list[str]:
+    """One line per attempt (then its error, indented): what ``show`` prints."""
+    lines = []
+    for h in history:
+        parts = [f"#{h.attempt}", h.outcome, f"on {h.host or '?'}:{h.supervisor_pid or '?'}"]
+        if h.child_pid is not None:
+            parts.append(f"child {h.child_pid}")
+        parts.append(f"started {when(h.started_at)}" if h.started_at else "never started")
+        if h.seconds is not None:
+            parts.append(f"ran {age(h.seconds)}")
+        parts.append(f"ended {when(h.ended_at)}")
+        if h.exit_reason:
+            parts.append(f"exit: {h.exit_reason}")
+        if h.peak_memory is not None:
+            parts.append(f"peak {h.peak_memory:.0f} MB")
+        lines.append("  ".join(parts))
+        lines += ["    " + line for line in (h.error or "").splitlines()]
+    return lines
 
 
 def job_detail(info: models.JobInfo) -> str:
@@ -113,9 +169,14 @@ def job_detail(info: models.JobInfo) -> str:
     width = max(len(f) for f in JOB_FIELDS) + 1
     lines = []
     for field in JOB_FIELDS:
+        if field == "history":
+            continue  # last, as a list
         value = getattr(info, field)
         text = _detail_value(field, value).replace("\n", "\n" + " " * (width + 1))
         lines.append(f"{field + ':':<{width}} {text}")
+    attempts = history_lines(info.history)
+    lines.append(f"{'history:':<{width}} {'-' if not attempts else ''}".rstrip())
+    lines += ["  " + line for line in attempts]
     return "\n".join(lines)
 
 
@@ -153,12 +214,86 @@ def stats_row(q: models.QueueInfo) -> list[object]:
     ]
 
 
-QUEUE_HEADERS = ("queue", "limit", "paused", "pending", "running", "done", "failed", "cancelled")
+QUEUE_HEADERS = (
+    "queue",
+    "limit",
+    "limit set by",
+    "paused",
+    "pending",
+    "running",
+    "oldest pending",
+    "done",
+    "failed",
+    "cancelled",
+)
 
 
 def queue_row(q: models.QueueInfo) -> list[object]:
     limit = "none" if q.limit is None else q.limit
-    return [q.name, limit, q.paused, q.pending, q.running, q.done, q.failed, q.cancelled]
+    by = "-" if q.limit_by is None else f"{q.limit_by} {when(q.limit_at)}"
+    return [
+        q.name,
+        limit,
+        by,
+        q.paused,
+        q.pending,
+        q.running,
+        age(q.oldest_pending_age),
+        q.done,
+        q.failed,
+        q.cancelled,
+    ]
+
+
+SUPERVISOR_HEADERS = (
+    "host",
+    "pid",
+    "app",
+    "queues",
+    "busy",
+    "version",
+    "started",
+    "last seen",
+    "state",
+)
+
+
+def supervisor_row(s: models.SupervisorInfo, now: dt.datetime) -> list[object]:
+    queues = "all" if s.queues is None else ",".join(s.queues)
+    if s.limits:
+        queues += " (" + ",".join(f"{k}={v}" for k, v in sorted(s.limits.items())) + ")"
+    seen = age(max(0.0, (now - s.last_seen).total_seconds())) + " ago"
+    return [
+        s.host,
+        s.pid,
+        s.spec,
+        queues,
+        f"{s.busy}/{s.workers}",
+        s.version,
+        when(s.started_at),
+        seen,
+        "alive" if s.alive else "stale",
+    ]
+
+
+def since(text: str, now: float) -> dt.datetime:
+    """``--since``: an ISO 8601 time (UTC if no offset) or a duration back
+    from `now`: ``90s``, ``30m``, ``2h``, ``1d``."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text and text[-1] in units:
+        try:
+            back = float(text[:-1]) * units[text[-1]]
+        except ValueError:
+            back = -1.0
+        if math.isfinite(back) and back >= 0:
+            return dt.datetime.fromtimestamp(now - back, tz=dt.UTC)
+    try:
+        moment_ = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--since takes a time (2024-05-01T12:00:00Z) or a duration (30m, 2h, 1d), got {text!r}"
+        ) from None
+    return moment_ if moment_.tzinfo else moment_.replace(tzinfo=dt.UTC)
 
 
 # -- values read from the command line (argparse types) ---------------------

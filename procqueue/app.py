@@ -14,12 +14,14 @@ enqueue: bad input raises there and nothing is written.
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from procqueue import _clock, cron, errors, models
+from procqueue.codec import Codec, DecHook, EncHook
 from procqueue.registry import Job, Registry
 
 if TYPE_CHECKING:
@@ -42,12 +44,25 @@ class App:
         dsn: database; else ``--dsn``, ``$PROCQUEUE_DSN``, the config file,
             ``sqlite:///procqueue.db``.
         clock: the time source (tests pass a manual clock).
+        enc_hook: encodes the app's own types in arguments and results
+            (msgspec's ``enc_hook``: returns an encodable value, raises
+            NotImplementedError for a type it doesn't handle).
+        dec_hook: builds them back for annotated parameters (msgspec's
+            ``dec_hook(type, value)``). numpy values, paths, enums and sets
+            need no hook (`procqueue.codec`).
     """
 
-    def __init__(self, dsn: str | None = None, *, clock: _clock.Clock | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str | None = None,
+        *,
+        clock: _clock.Clock | None = None,
+        enc_hook: EncHook | None = None,
+        dec_hook: DecHook | None = None,
+    ) -> None:
         self.dsn = dsn
         self.clock = clock or _clock.from_env()
-        self.registry = Registry(self)
+        self.registry = Registry(self, Codec(enc_hook, dec_hook))
         self._client: Client | None = None
         self._client_lock = threading.Lock()
 
@@ -211,13 +226,52 @@ class App:
         """Per queue: counts per state, limit, paused flag, oldest pending age."""
         return self.client.stats()
 
-    def pause(self, queue: str) -> None:
-        """Stops new claims from `queue` on every supervisor."""
-        self.client.pause(queue)
+    def pause(self, queue: str, *, create: bool = False) -> None:
+        """Stops new claims from `queue` on every supervisor; QueueNotFound
+        for a queue with no jobs, settings or supervisor, unless `create`."""
+        self.client.pause(queue, create=create)
 
-    def resume(self, queue: str) -> None:
+    def resume(self, queue: str, *, create: bool = False) -> None:
         """Lets every supervisor claim from `queue` again."""
-        self.client.resume(queue)
+        self.client.resume(queue, create=create)
+
+    # -- operations (issue 14; see Client) ----------------------------------
+
+    def queues(self) -> list[models.QueueInfo]:
+        """Every queue with jobs or settings: limit and who set it, paused, counts."""
+        return self.client.queues()
+
+    def set_limit(self, queue: str, limit: int | None, *, create: bool = False) -> None:
+        """Sets (None: clears) `queue`'s cluster-wide limit; it outlives
+        supervisors' ``--queue`` (QueueNotFound as for `pause`)."""
+        self.client.set_limit(queue, limit, create=create)
+
+    def supervisors(self) -> list[models.SupervisorInfo]:
+        """Supervisors with a heartbeat in the last day; `alive` says if it is recent."""
+        return self.client.supervisors()
+
+    def retry_where(
+        self,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        since: dt.datetime | None = None,
+    ) -> int:
+        """Retries every failed or cancelled job matching the filters; returns how many."""
+        return self.client.retry_where(state=state, queue=queue, name=name, since=since)
+
+    def cancel_where(
+        self,
+        *,
+        state: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        since: dt.datetime | None = None,
+    ) -> tuple[int, int]:
+        """Cancels every pending or running job matching the filters;
+        returns (cancelled now, running ones being stopped)."""
+        return self.client.cancel_where(state=state, queue=queue, name=name, since=since)
 
 
 def load_app(spec: str) -> App:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from procqueue import _clock, config, events, models, protocol, retry
+from procqueue import _clock, _faultlog, config, events, models, protocol, retry
 from procqueue.pool import Death, Pool
 
 PROGRESS_TEXT_MAX = 1000
@@ -34,6 +34,17 @@ AHEAD_MAX = 16
 LONG_JOB_S = 1.0
 """Jobs that take this long on average get no job waiting behind them: a
 claimed job must not wait long in one child while another supervisor idles."""
+
+
+def short_exit(reason: str) -> str:
+    """``SIGSEGV`` or ``exit code 3`` from a `Death.reason` (its history's exit reason)."""
+    for prefix, shown in (
+        ("child process killed by ", ""),
+        ("child process exited with ", "exit "),
+    ):
+        if reason.startswith(prefix):
+            return shown + reason[len(prefix) :]
+    return reason
 
 
 def lease_margin(lease: float) -> float:
@@ -69,6 +80,11 @@ class Attempt:
     progress_written_at: float = -math.inf
     memory_checked: float = -math.inf
     pid_written: bool = False
+    # -- for its history row (issue 14) --
+    started_wall: float | None = None
+    """Wall time it started in its child."""
+    peak_memory: float | None = None
+    """Highest RSS (MB) of its process tree sampled by `Limits`."""
 
 
 class Attempts:
@@ -149,6 +165,7 @@ class Attempts:
     def _run(self, a: Attempt) -> None:
         now = self.clock.monotonic()
         a.started = now
+        a.started_wall = self.clock.now()
         a.deadline = None if a.job.timeout is None else now + a.job.timeout
         self.running[a.child] = a
         job = a.job
@@ -271,6 +288,8 @@ class Attempts:
         waited in its pipe goes back, attempts unspent."""
         a = self.running.pop(death.child, None)
         queued = self.waiting.pop(death.child, collections.deque())
+        if a is None:
+            _faultlog.collect(death.pid)  # deletes its file: no attempt to tell
         self.freed = True
         kind, words = (a.kill if a is not None else None) or (None, "")
         self.events.emit(
@@ -295,16 +314,19 @@ class Attempts:
             )
         if a is None:
             return
-        outcome = self._killed(a, death.reason)
+        stack = _faultlog.collect(death.pid)  # a fatal signal's Python stack (issue 14)
+        outcome = self._killed(a, death.reason, stack=stack)
         if outcome is None:
             self._finished(a, None, "lost")
         else:
-            self.record(a, outcome)
+            self.record(a, outcome, exit_reason=short_exit(death.reason))
 
-    def _killed(self, a: Attempt, died: str | None) -> models.Outcome | None:
+    def _killed(
+        self, a: Attempt, died: str | None, *, stack: str | None = None
+    ) -> models.Outcome | None:
         """The outcome of an attempt the supervisor ended (or whose child
-        died, `died` saying how): None when its lease is lost (nothing may be
-        written)."""
+        died, `died` saying how, `stack` where when it crashed): None when
+        its lease is lost (nothing may be written)."""
         kind, words = a.kill or (None, "")
         if kind == "lease":
             return None
@@ -314,6 +336,8 @@ class Attempts:
             return self._hand_back(a)
         if kind is None:
             error = died or "the child process ended"
+            if stack is not None:  # its own crash: where it was
+                error = f"{error}\n{stack}"
         else:
             error = f"{words} ({died})" if died else words
         now = self.clock.now()
@@ -335,7 +359,9 @@ class Attempts:
             refund=True,
         )
 
-    def record(self, a: Attempt, outcome: models.Outcome) -> None:
+    def record(
+        self, a: Attempt, outcome: models.Outcome, *, exit_reason: str | None = None
+    ) -> None:
         """Queues `outcome` for the next write, and tells the stream."""
         if outcome.refund:
             name = "handed_back"
@@ -346,6 +372,15 @@ class Attempts:
         if a.progress_unwritten and a.progress is not None:
             text, fraction = a.progress
             outcome = msgspec.structs.replace(outcome, progress=text, fraction=fraction)
+        if a.started is not None or not outcome.refund:  # history (issue 14): what ran or ended
+            outcome = msgspec.structs.replace(
+                outcome,
+                history=name,
+                child_pid=a.pid if a.started is not None else None,
+                started_at=a.started_wall,
+                exit_reason=exit_reason,
+                peak_memory=a.peak_memory,
+            )
         self.outcomes.append(outcome)
         self.freed = True
         self._finished(a, outcome, name)

@@ -26,7 +26,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import _proctree, errors, protocol, runner
+from procqueue import _faultlog, _proctree, errors, protocol, runner
 from procqueue.app import App, load_app
 
 PROGRESS_EVERY_S = 0.25
@@ -285,6 +285,7 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     _set_title(f"procqueue child {index} starting")
     _raise_oom_score()
     _proctree.become_subreaper()
+    _faultlog.enable()  # a fatal signal's Python stack, for the attempt's error (issue 14)
     try:
         app = load_app(spec)
     except errors.ProcqueueError as exc:
@@ -380,6 +381,7 @@ def forked_main(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
     _set_title(f"procqueue child {index} starting")
     _raise_oom_score()  # inherited from the template, but not to rely on
     _proctree.become_subreaper()  # never inherited across fork
+    _faultlog.enable()  # its own file, by its own pid (issue 14)
     try:
         return serve_app(app, spec, index, rfd, wfd)
     except (BrokenPipeError, errors.ProtocolError) as exc:

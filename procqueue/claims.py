@@ -208,4 +208,10 @@ class Claims:
                 attempt=outcome.attempt,
                 state=models.JobState.FAILED,
                 error=f"the outcome could not be stored: {words}",
+                # its history row (issue 14): as it ran, now failed
+                history=None if outcome.history is None else "failed",
+                child_pid=outcome.child_pid,
+                started_at=outcome.started_at,
+                exit_reason=outcome.exit_reason,
+                peak_memory=outcome.peak_memory,
             )

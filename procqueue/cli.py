@@ -25,18 +25,22 @@ from procqueue import _format, configfile, errors, models
 from procqueue._commands import (
     LoadError,
     UsageError,
-    cmd_cancel,
     cmd_cron,
     cmd_dashboard,
     cmd_enqueue,
     cmd_jobs,
     cmd_migrate,
     cmd_prune,
-    cmd_queues,
-    cmd_retry,
     cmd_show,
     cmd_stats,
     cmd_supervise,
+)
+from procqueue._ops_commands import (
+    add_filters,
+    cmd_cancel,
+    cmd_queues,
+    cmd_retry,
+    cmd_supervisors,
 )
 from procqueue.app import App
 
@@ -121,9 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("id", type=int, metavar="ID")
     p.add_argument("--json", action="store_true")
 
-    command("cancel", "cancel a job", cmd_cancel).add_argument("id", type=int, metavar="ID")
-    command("retry", "run a failed or cancelled job again", cmd_retry).add_argument(
-        "id", type=int, metavar="ID"
+    add_filters(
+        command("cancel", "cancel a job, or every job matching filters", cmd_cancel),
+        ("pending", "running"),
+    )
+    add_filters(
+        command("retry", "run a failed or cancelled job again (or all matching)", cmd_retry),
+        ("failed", "cancelled"),
     )
 
     p = command("stats", "counts per queue and state", cmd_stats)
@@ -134,12 +142,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--failed", action="store_true", help="failed jobs too")
 
     p = command("queues", "queues with limits, paused flag and counts", cmd_queues)
+    p.add_argument("--json", action="store_true", help="one JSON object a line")
     actions = p.add_subparsers(dest="action", metavar="ACTION")
-    for action, text in (("pause", "stop new claims from Q"), ("resume", "claim from Q again")):
+    for action, text in (
+        ("pause", "stop new claims from Q"),
+        ("resume", "claim from Q again"),
+        ("limit", "set (N) or clear (--clear) Q's cluster-wide limit"),
+    ):
         a = actions.add_parser(
             action, help=text, description=text, parents=[common], allow_abbrev=False
         )
         a.add_argument("queue", metavar="Q")
+        if action == "limit":
+            a.add_argument("limit", type=_format.positive_int, nargs="?", metavar="N")
+            a.add_argument("--clear", action="store_true", help="no limit")
+        if action != "resume":
+            a.add_argument("--create", action="store_true", help="even if Q has no jobs yet")
+
+    p = command(
+        "supervisors", "live supervisors: host, pid, queues, busy, last seen", cmd_supervisors
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object a line")
 
     p = command("cron", "the cron schedules of MODULE and their next fire times", cmd_cron)
     p.add_argument("app", metavar="MODULE[:APP]", help="module defining the App (cwd importable)")
@@ -188,7 +211,9 @@ def _supervise_options(p: argparse.ArgumentParser) -> None:
         default=None,
         help="enqueue cron ticks from this supervisor (default: yes)",
     )
-    p.add_argument("--retention-days", type=_format.positive_float, metavar="D")
+    p.add_argument(
+        "--retention-days", type=_format.non_negative, metavar="D", help="(7; 0 keeps jobs forever)"
+    )
     p.add_argument("--metrics-port", type=_format.port, metavar="P", help="Prometheus metrics")
     p.add_argument(
         "--metrics-host", metavar="HOST", help="where metrics listen (default 127.0.0.1)"

@@ -31,7 +31,7 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     max_memory_per_job: float | None = None
     """MB for the whole process tree of a job that sets no `max_memory` of its own."""
     retention_days: float = 7.0
-    """Done and cancelled jobs are pruned this long after they finish."""
+    """Done and cancelled jobs are pruned this long after they finish (0: never)."""
     cron: bool = True
     """Enqueue the app's cron ticks (every supervisor may; keys dedupe)."""
     progress_interval: float = 0.25
@@ -63,7 +63,7 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
                 "max-memory-per-job must be > 0 MB",
             ),
             (all(v >= 1 for v in self.limits.values()), "queue limits must be >= 1"),
-            (self.retention_days > 0, "retention-days must be > 0"),
+            (self.retention_days >= 0, "retention-days must be >= 0 (0 keeps jobs forever)"),
         ]
         for ok, message in checks:
             if not ok:

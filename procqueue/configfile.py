@@ -49,7 +49,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     poll: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
     grace: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
     kill_grace: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
-    retention_days: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
+    retention_days: Annotated[float, msgspec.Meta(ge=0.0)] | None = None
     max_jobs_per_child: _Positive | None = None
     max_memory_per_child: Annotated[float, msgspec.Meta(gt=0.0)] | None = None
     max_memory_per_job: Annotated[float, msgspec.Meta(gt=0.0)] | None = None

@@ -11,6 +11,7 @@ from typing import Any
 import msgspec
 
 from procqueue import errors, models
+from procqueue.codec import Codec
 
 MAX_ARGS_BYTES = 64 * 1024 * 1024
 """Largest encoded arguments accepted (the pipe frame limit is well above)."""
@@ -130,33 +131,43 @@ def parse_options(
     )
 
 
-def bind_args(name: str, signature: inspect.Signature, args: dict[str, Any]) -> bytes:
-    """`args` bound against `signature` and JSON-encoded.
+def bind_args(
+    name: str,
+    signature: inspect.Signature | None,
+    args: dict[str, Any],
+    *,
+    codec: Codec | None = None,
+    types: dict[str, Any] | None = None,
+) -> bytes:
+    """`args` bound against `signature` (None: a job this process doesn't
+    know, stored as given), JSON-encoded with `codec`, and each argument
+    with a type in `types` converted to it as a child would (issue 14).
 
-    Raises EnqueueError saying which argument does not bind or encode.
+    Raises EnqueueError saying which argument does not bind, encode or fit its type.
     """
+    codec = codec or Codec()
     if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
         raise errors.EnqueueError(f"arguments of {name} must be an object with string keys")
+    if signature is not None:
+        try:
+            signature.bind(**args)
+        except TypeError as exc:
+            raise errors.EnqueueError(f"arguments don't fit {name}{signature}: {exc}") from None
     try:
-        signature.bind(**args)
-    except TypeError as exc:
-        raise errors.EnqueueError(f"arguments don't fit {name}{signature}: {exc}") from None
-    try:
-        encoded = msgspec.json.encode(args)
+        encoded = codec.encode(args)
     except (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
         for key, value in args.items():
-            try:
-                msgspec.json.encode(value)
-            except Exception as inner:
+            where = codec.unencodable(value, f"args[{key!r}]")
+            if where is not None:
                 raise errors.EnqueueError(
-                    f"argument {key!r} of {name} cannot be encoded: {inner}"
+                    f"argument {key!r} of {name} cannot be encoded: {where}"
                 ) from None
         raise errors.EnqueueError(f"arguments of {name} cannot be encoded: {exc}") from None
     # JSON has no NaN/Infinity and msgspec writes them as null: refuse
     # rather than change the value (only searched when a null was written).
     if b"null" in encoded:
         for key, value in args.items():
-            if non_finite(msgspec.to_builtins(value)):
+            if non_finite(codec.to_builtins(value)):
                 raise errors.EnqueueError(
                     f"argument {key!r} of {name} holds NaN or infinity, which JSON cannot carry"
                 )
@@ -164,7 +175,24 @@ def bind_args(name: str, signature: inspect.Signature, args: dict[str, Any]) -> 
         raise errors.EnqueueError(
             f"arguments of {name} are {len(encoded)} bytes encoded; the limit is {MAX_ARGS_BYTES}"
         )
+    if types:
+        check_types(name, msgspec.json.decode(encoded), types, codec)
     return encoded
+
+
+def check_types(name: str, decoded: dict[str, Any], types: dict[str, Any], codec: Codec) -> None:
+    """Each argument converts to its annotated type, as in the child.
+
+    Raises EnqueueError naming the first argument that does not.
+    """
+    for key, value in decoded.items():
+        wanted = types.get(key)
+        if wanted is None or wanted is Any:
+            continue
+        try:
+            codec.convert(value, wanted)
+        except msgspec.ValidationError as exc:
+            raise errors.EnqueueError(f"argument {key!r} of {name}: {exc}") from None
 
 
 def non_finite(value: Any) -> bool:

@@ -6,12 +6,16 @@ ones that could not be renewed end their attempts.
 
 from __future__ import annotations
 
+import math
+
 from procqueue import protocol
 from procqueue.attempts import Attempt, Attempts
 from procqueue.pool import Pool
 
 MEMORY_CHECK_MAX_S = 0.25
 """Longest interval between two samples of a job's memory."""
+PEAK_SAMPLE_S = 1.0
+"""Interval between samples of a job with no memory ceiling, for its peak memory."""
 
 
 class Limits:
@@ -42,9 +46,23 @@ class Limits:
             elif a.max_memory is not None and now - a.memory_checked >= self._memory_every(a):
                 a.memory_checked = now
                 rss = self.pool.rss_mb(a.child)
+                a.peak_memory = max(a.peak_memory or 0.0, rss)
                 if rss > a.max_memory:
                     words = f"exceeded max_memory ({rss:.0f} MB > {a.max_memory:g} MB)"
                     self.attempts.kill(a, "memory", words, hard=True)
+            elif a.max_memory is None and now - a.memory_checked >= PEAK_SAMPLE_S:
+                self._sample_peak(a, now)
+
+    def _sample_peak(self, a: Attempt, now: float) -> None:
+        """For the history's peak memory (issue 14): a job with no ceiling is
+        sampled every PEAK_SAMPLE_S, its first sample one period after it
+        starts (short jobs cost no sample)."""
+        if a.memory_checked == -math.inf and a.started is not None:
+            a.memory_checked = a.started
+            if now - a.started < PEAK_SAMPLE_S:
+                return
+        a.memory_checked = now
+        a.peak_memory = max(a.peak_memory or 0.0, self.pool.rss_mb(a.child))
 
     @staticmethod
     def _memory_every(a: Attempt) -> float:
@@ -63,6 +81,8 @@ class Limits:
                 due.append(a.deadline)
             if a.max_memory is not None:
                 due.append(a.memory_checked + self._memory_every(a))
+            elif a.started is not None:  # peak memory samples (issue 14)
+                due.append(max(a.memory_checked, a.started) + PEAK_SAMPLE_S)
         return min(due) if due else None
 
     def renewed(self, *, alive: set[tuple[int, int]], lease_until: float) -> None:

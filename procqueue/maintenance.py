@@ -54,7 +54,12 @@ class Maintenance:
         swept = self.store.job_sweep_failures(
             now=now, limit=FAILURE_SWEEP_BATCH, handler_job=self.app.failure_handler_job
         )
-        if not self.pruning and self.store.chore_claim(name="prune", every=PRUNE_EVERY_S, now=now):
+        keep_forever = self.settings.retention_days == 0
+        if (
+            not self.pruning
+            and not keep_forever
+            and self.store.chore_claim(name="prune", every=PRUNE_EVERY_S, now=now)
+        ):
             self.pruning = True
             self.pruned = 0
         return woke or bool(swept)

@@ -38,6 +38,28 @@ class Backoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             raise ValueError("Backoff needs base >= 0, factor >= 1, max >= 0")
 
 
+class AttemptInfo(msgspec.Struct, frozen=True):
+    """One attempt of a job, as recorded when it ended (``procqueue show``)."""
+
+    attempt: int
+    outcome: str
+    """done, failed, retried, cancelled, handed_back (refunded) or lost (its lease ran out)."""
+    ended_at: dt.datetime
+    host: str | None = None
+    supervisor_pid: int | None = None
+    child_pid: int | None = None
+    claimed_at: dt.datetime | None = None
+    started_at: dt.datetime | None = None
+    """When its child started it (None: it never started)."""
+    seconds: float | None = None
+    """How long it ran in its child."""
+    exit_reason: str | None = None
+    """How its child ended, when it did not survive the attempt: an exit code or a signal name."""
+    error: str | None = None
+    peak_memory: float | None = None
+    """Highest RSS (MB) of the job's process tree that its supervisor sampled."""
+
+
 class JobInfo(msgspec.Struct, frozen=True):
     """One job's record (DESIGN.md section 5). Times are UTC."""
 
@@ -68,6 +90,13 @@ class JobInfo(msgspec.Struct, frozen=True):
     or hand-edited row): names each such column and why, e.g. ``"column
     args: invalid JSON"``. Those fields hold placeholders (empty, zero, the
     epoch, state failed); the others are as stored."""
+    owner: str | None = None
+    """The supervisor (``host:pid:token``) holding the job while it runs."""
+    orphaned: bool = False
+    """Running, but its owner's heartbeat is stale (or absent): its
+    supervisor is probably gone; the job is rescued when its lease passes."""
+    history: list[AttemptInfo] = []
+    """Every recorded attempt, oldest first (filled in by `get`, not by listings)."""
 
 
 class NewJob(msgspec.Struct, frozen=True):
@@ -124,6 +153,55 @@ class Outcome(msgspec.Struct, frozen=True):
     progress: str | None = None
     """The attempt's last progress, when not written yet."""
     fraction: float | None = None
+    history: str | None = None
+    """The attempt's outcome for its history row (None: the attempt never
+    reached a child, no row is written); see `AttemptInfo.outcome`."""
+    child_pid: int | None = None
+    started_at: float | None = None
+    """Wall time its child started it."""
+    exit_reason: str | None = None
+    peak_memory: float | None = None
+
+
+class SupervisorInfo(msgspec.Struct, frozen=True):
+    """One supervisor's heartbeat row (``procqueue supervisors``)."""
+
+    owner: str
+    host: str
+    pid: int
+    version: str
+    spec: str
+    queues: list[str] | None
+    """The queues it claims from (None: every queue)."""
+    limits: dict[str, int]
+    """The ``--queue NAME=LIMIT`` it was started with."""
+    workers: int
+    busy: int
+    started_at: dt.datetime
+    last_seen: dt.datetime
+    beat_every: float
+    alive: bool = True
+    """Its last heartbeat is recent (within `STALE_BEATS` beats)."""
+
+
+STALE_BEATS = 3
+"""A supervisor whose heartbeat is this many beats late (plus a second) is taken for dead."""
+
+
+def alive(last_seen: float, beat_every: float, now: float) -> bool:
+    """Whether a heartbeat at `last_seen`, every `beat_every` s, is recent at `now`."""
+    return now - last_seen <= STALE_BEATS * beat_every + 1.0
+
+
+def owner_parts(owner: str | None) -> tuple[str | None, int | None]:
+    """(host, pid) of a supervisor's owner string ``host:pid:token``."""
+    if not owner:
+        return None, None
+    parts = owner.split(":")
+    if len(parts) < 3:
+        return owner, None
+    host, pid = ":".join(parts[:-2]), parts[-2]
+    return host or None, int(pid) if pid.isdigit() else None
 
 
 class QueueInfo(msgspec.Struct, frozen=True):
@@ -136,6 +214,10 @@ class QueueInfo(msgspec.Struct, frozen=True):
     failed: int = 0
     cancelled: int = 0
     oldest_pending_age: float | None = None
+    """Seconds since the earliest due pending job's run_at."""
+    limit_by: str | None = None
+    """Who set the limit (``operator``, or ``supervise on HOST:PID``)."""
+    limit_at: dt.datetime | None = None
 
 
 def cap_error(text: str) -> str:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar
 
 from procqueue import cron, errors, models, runner
+from procqueue.codec import Codec
 from procqueue.context import Context
 from procqueue.jobdef import JobOptions, bind_args, parse_options
 
@@ -45,8 +46,19 @@ class Job(Generic[P, R]):
         options: the job's defaults, overridable per enqueue.
     """
 
-    def __init__(self, app: Enqueuer, fn: Callable[P, R], name: str, options: JobOptions) -> None:
+    def __init__(
+        self,
+        app: Enqueuer,
+        fn: Callable[P, R],
+        name: str,
+        options: JobOptions,
+        codec: Codec | None = None,
+    ) -> None:
         self.app = app
+        self.codec = codec or Codec()
+        """How its arguments and result are encoded (the App's hooks)."""
+        self.info_param: str | None = None
+        """Set for an on_failure handler: its first argument is always a `JobInfo`."""
         self.fn = fn
         self.name = name
         self.options = options
@@ -63,8 +75,18 @@ class Job(Generic[P, R]):
         try:
             hints = typing.get_type_hints(self.fn)
         except Exception:
-            return {}
-        return {n: hints[n] for n in self.arg_signature.parameters if n in hints}
+            hints = {}
+        types = {n: hints[n] for n in self.arg_signature.parameters if n in hints}
+        if self.info_param is not None and types.get(self.info_param, Any) is Any:
+            types[self.info_param] = models.JobInfo  # unannotated: still a JobInfo (issue 14)
+        return types
+
+    def handles_failures(self) -> None:
+        """Marks this job as an on_failure handler: its first argument is a `JobInfo`."""
+        params = list(self.arg_signature.parameters)
+        if params and self.info_param is None:
+            self.info_param = params[0]
+            self.__dict__.pop("arg_types", None)  # computed again with it
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.fn(*args, **kwargs)
@@ -117,8 +139,9 @@ class Registry(Mapping[str, Job[Any, Any]]):
         owner: what the registered jobs' `enqueue` goes through.
     """
 
-    def __init__(self, owner: Enqueuer) -> None:
+    def __init__(self, owner: Enqueuer, codec: Codec | None = None) -> None:
         self._owner = owner
+        self.codec = codec or Codec()
         self._jobs: dict[str, Job[Any, Any]] = {}
         self.schedules: list[cron.Schedule] = []
 
@@ -146,7 +169,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
         parsed = parse_options(options, JobOptions(), now=0.0, registering=True)
         if name in self._jobs:
             raise errors.ConfigError(f"job {name!r} is registered twice")
-        job = Job(self._owner, fn, name, parsed.options)
+        job = Job(self._owner, fn, name, parsed.options, self.codec)
         self._jobs[name] = job
         return job
 
@@ -166,7 +189,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
         """
         job = self.register(fn, options)
         try:
-            bind_args(job.name, job.arg_signature, args)
+            bind_args(job.name, job.arg_signature, args, codec=self.codec, types=job.arg_types)
         except errors.EnqueueError as exc:
             raise errors.ConfigError(f"cron {expr!r}: {exc}") from None
         self.schedules.append(
@@ -183,14 +206,16 @@ class Registry(Mapping[str, Job[Any, Any]]):
     def handler_name(self, handler: Any) -> str:
         """The job name of an on_failure handler, registering a plain function."""
         if isinstance(handler, Job):
+            handler.handles_failures()
             return handler.name
         if isinstance(handler, str):
-            self.lookup(handler)
+            self.lookup(handler).handles_failures()
             return handler
         if callable(handler):
             name = f"{handler.__module__}.{handler.__qualname__}"
             if name not in self._jobs:
                 self.register(handler, {})
+            self._jobs[name].handles_failures()
             return name
         raise errors.ConfigError(f"on_failure must be a job or a function, got {handler!r}")
 
@@ -206,13 +231,25 @@ class Registry(Mapping[str, Job[Any, Any]]):
     ) -> models.NewJob:
         """One enqueue validated and encoded, times resolved against `now`.
 
+        A name this registry doesn't know (a producer that doesn't import the
+        job code) is stored with its arguments as given, JSON-encoded, and
+        the default options; the child that runs it checks them (issue 14).
+
         Raises EnqueueError saying what is wrong; writes nothing.
         """
-        job = self.lookup(name)
-        if options.get("on_failure") is not None:
-            options = {**options, "on_failure": self.handler_name(options["on_failure"])}
-        parsed = parse_options(options, job.options, now=now)
-        encoded = bind_args(name, job.arg_signature, args or {})
+        if not isinstance(name, str) or not name or len(name) > 1000:
+            raise errors.EnqueueError(f"a job name must be 1-1000 characters, got {name!r}")
+        job = self._jobs.get(name)
+        handler = options.get("on_failure")
+        if handler is not None and not (job is None and isinstance(handler, str)):
+            options = {**options, "on_failure": self.handler_name(handler)}
+        parsed = parse_options(options, JobOptions() if job is None else job.options, now=now)
+        if job is None:
+            encoded = bind_args(name, None, args or {}, codec=self.codec)
+        else:
+            encoded = bind_args(
+                name, job.arg_signature, args or {}, codec=self.codec, types=job.arg_types
+            )
         o = parsed.options
         return models.NewJob(
             name=name,
@@ -249,5 +286,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
         decoded from its JSON encoding. The job's exception propagates.
         """
         target = self.lookup(job if isinstance(job, str) else job.name)
-        encoded = bind_args(target.name, target.arg_signature, args)
+        encoded = bind_args(
+            target.name, target.arg_signature, args, codec=self.codec, types=target.arg_types
+        )
         return runner.run_inline(target, encoded)

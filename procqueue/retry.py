@@ -14,6 +14,10 @@ def backoff_delay(backoff: models.Backoff, attempt: int, rng: random.Random) -> 
     return rng.uniform(0.0, delay) if backoff.jitter else delay
 
 
+def _attempts(n: int) -> str:
+    return f"{n} attempt{'' if n == 1 else 's'}"
+
+
 def after_failure(
     job: models.ClaimedJob,
     *,
@@ -37,7 +41,7 @@ def after_failure(
             id=job.id,
             attempt=job.attempt,
             state=models.JobState.FAILED,
-            error=f"{error}\n(gave up after {job.attempt} attempts)",
+            error=f"{error}\n(gave up after {_attempts(job.attempt)})",
         )
     wait = backoff_delay(job.backoff, job.attempt, rng) if delay is None else delay
     run_at = now + wait

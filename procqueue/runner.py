@@ -4,6 +4,7 @@ a protocol message. Used by the child and by `Registry.run_inline`."""
 
 from __future__ import annotations
 
+import os
 import traceback
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,8 @@ from procqueue.context import Channel, Context
 if TYPE_CHECKING:
     from procqueue.registry import Job
 
-_TRACEBACK_FRAMES = 5
+_TRACEBACK_FRAMES = 8
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def convert_args(job: Job[Any, Any], encoded: bytes) -> dict[str, Any]:
@@ -39,17 +41,25 @@ def convert_args(job: Job[Any, Any], encoded: bytes) -> dict[str, Any]:
         if wanted is None or wanted is Any:
             continue
         try:
-            args[name] = msgspec.convert(value, wanted, strict=False)
+            args[name] = job.codec.convert(value, wanted)
         except msgspec.ValidationError as exc:
             raise errors.Permanent(f"argument {name!r} of {job.name}: {exc}") from None
     return args
 
 
 def describe(exc: BaseException) -> str:
-    """Type, message and the innermost frames of `exc`'s traceback."""
+    """Type, message and the innermost frames of `exc`'s traceback that are
+    the job's: procqueue's own frames (the runner, `Context.step`) are left
+    out (issue 14)."""
     head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-    frames = traceback.format_tb(exc.__traceback__, limit=-_TRACEBACK_FRAMES)
+    summary = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in summary if not _is_procqueue(f.filename)] or list(summary)
+    frames = traceback.format_list(own[-_TRACEBACK_FRAMES:])
     return head + ("\n" + "".join(frames).rstrip() if frames else "")
+
+
+def _is_procqueue(filename: str) -> bool:
+    return os.path.dirname(os.path.abspath(filename)) == _PACKAGE_DIR
 
 
 def call(job: Job[Any, Any], *, job_id: int, attempt: int, encoded: bytes, channel: Channel) -> Any:
@@ -77,12 +87,15 @@ def execute(
     except BaseException as exc:
         return protocol.Failed(job_id=job_id, kind="error", error=describe(exc))
     try:
-        encoded_result = msgspec.json.encode(result)
-        if b"null" in encoded_result and jobdef.non_finite(msgspec.to_builtins(result)):
+        encoded_result = job.codec.encode(result)
+        if b"null" in encoded_result and jobdef.non_finite(job.codec.to_builtins(result)):
             raise ValueError("it holds NaN or infinity, which JSON cannot carry")
     except (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
+        where = None if isinstance(exc, ValueError) else job.codec.unencodable(result, "result")
         return protocol.Failed(
-            job_id=job_id, kind="permanent", error=f"the result cannot be encoded: {exc}"
+            job_id=job_id,
+            kind="permanent",
+            error=f"the result cannot be encoded: {where or exc}",
         )
     return protocol.Done(job_id=job_id, result=encoded_result)
 
@@ -109,4 +122,4 @@ class InlineChannel:
 def run_inline(job: Job[Any, Any], encoded: bytes) -> Any:
     """One attempt in this process; the result round-trips through JSON."""
     result = call(job, job_id=0, attempt=1, encoded=encoded, channel=InlineChannel())
-    return msgspec.json.decode(msgspec.json.encode(result))
+    return msgspec.json.decode(job.codec.encode(result))

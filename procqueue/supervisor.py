@@ -31,6 +31,7 @@ from procqueue.attempt_writes import AttemptWrites
 from procqueue.attempts import Attempts, lease_margin
 from procqueue.claims import Claims
 from procqueue.dbcalls import DbCalls
+from procqueue.heartbeat import Heartbeat
 from procqueue.limits import Limits
 from procqueue.maintenance import Maintenance
 from procqueue.metrics import Metrics
@@ -109,6 +110,15 @@ class Supervisor:
             owner=self.owner,
         )
         self.maintenance = Maintenance(app=app, store=self.store, settings=settings)
+        self.heartbeat = Heartbeat(  # issue 14: `procqueue supervisors`, orphaned jobs
+            store=self.store,
+            db=self.db,
+            clock=self.clock,
+            settings=settings,
+            owner=self.owner,
+            spec=spec,
+            busy=lambda: len(self.attempts.running),
+        )
         self._stops = 0
         self._draining_until: float | None = None
         self._drain_killed = False
@@ -160,8 +170,7 @@ class Supervisor:
         # per outage instead (DatabaseDown / DatabaseUp).
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
         self.store.migrate(now=self.clock.now())
-        for queue, limit in self.settings.limits.items():
-            self.store.queue_set_limit(queue=queue, limit=limit)
+        self.heartbeat.init_limits()
         self.selector.register(self._wake_r, selectors.EVENT_READ, None)
         self.app.on_enqueue(self.wake)
         self._subscribed = True
@@ -212,6 +221,7 @@ class Supervisor:
         self.claims.renew(now)
         self.claims.poll_cancels(now)
         self._maintain(now)
+        self.heartbeat.step(now)
         self.claims.step(now)
         self.pool.flush()  # every frame this pass queued, one write a child
         self._title()
@@ -258,6 +268,7 @@ class Supervisor:
         if self.claims.want and claimable and not self.db.busy("cycle"):
             return 0.0
         due = [self.claims.renew_at, self._timers["maintain"], now + self.settings.poll]
+        due.append(self.heartbeat.next_at)
         if claimable:
             due.append(self.claims.next_at)
         if self.attempts.all():
@@ -391,6 +402,8 @@ class Supervisor:
                     len(self.attempts.outcomes),
                     exc,
                 )
+        if stopped:
+            self.heartbeat.stop()
         self.selector.close()
         wake_r, wake_w = self._wake_r, self._wake_w
         self._wake_r = self._wake_w = -1

@@ -40,6 +40,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "logs",
             "events",
             "_proctree",
+            "_faultlog",
         },
     ),
     ("storage", {"store"}),
@@ -49,6 +50,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "",  # the package itself: `import procqueue` is what job modules do
             "context",
             "jobdef",
+            "codec",
             "runner",
             "registry",
             "app",
@@ -71,13 +73,23 @@ LAYERS: list[tuple[str, set[str]]] = [
             "limits",
             "claims",
             "dbcalls",
+            "heartbeat",
             "maintenance",
             "metrics",
         },
     ),
     (
         "interface",
-        {"cli", "_commands", "_format", "__main__", "testing", "demo", "dashboard"},
+        {
+            "cli",
+            "_commands",
+            "_ops_commands",
+            "_format",
+            "__main__",
+            "testing",
+            "demo",
+            "dashboard",
+        },
     ),
 ]
 """Bottom to top, by module name relative to ``procqueue`` (a package

@@ -15,6 +15,7 @@ from procqueue.registry import Configured, Job
 
 EXPORTED = [
     "App",
+    "AttemptInfo",
     "Backoff",
     "ConfigError",
     "Context",
@@ -28,10 +29,13 @@ EXPORTED = [
     "Permanent",
     "ProcqueueError",
     "ProtocolError",
+    "QueueInfo",
+    "QueueNotFound",
     "Retry",
     "SchemaTooNew",
     "StoreError",
     "StoreRejected",
+    "SupervisorInfo",
     "load_app",
 ]
 
@@ -52,6 +56,11 @@ DOCUMENTED_CALLS = {
         "stats",
         "pause",
         "resume",
+        "queues",
+        "set_limit",
+        "supervisors",
+        "retry_where",
+        "cancel_where",
         "run_inline",
         "close",
         "using",
@@ -84,10 +93,11 @@ def test_the_documented_calls_exist(owner: type) -> None:
     assert missing == []
 
 
-def test_app_takes_dsn_and_clock() -> None:
+def test_app_takes_dsn_clock_and_codec_hooks() -> None:
     params = inspect.signature(App).parameters
-    assert list(params) == ["dsn", "clock"]
-    assert params["clock"].kind is inspect.Parameter.KEYWORD_ONLY
+    assert list(params) == ["dsn", "clock", "enc_hook", "dec_hook"]
+    for name in ("clock", "enc_hook", "dec_hook"):
+        assert params[name].kind is inspect.Parameter.KEYWORD_ONLY
 
 
 def _drawn_tree() -> dict[str, str | None]:

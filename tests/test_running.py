@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from procqueue import App, JobState
+from procqueue import App, EnqueueError, JobState
 from procqueue.testing import Faults, supervising, wait_until
 from tests.helpers import JOB, SPEC, finished, pid_alive, read_pid, state_is
 from tests.jobs import basic
@@ -131,9 +131,13 @@ def test_attempts_run_out(app: App) -> None:
 
 
 def test_typed_arguments_are_converted_or_fail_naming_the_argument(app: App) -> None:
+    with pytest.raises(EnqueueError, match="argument 'when'"):  # checked at enqueue
+        app.enqueue(JOB + "typed", {"when": "yesterday"})
+    producer = App(app.dsn, clock=app.clock)  # without the job code: stored as given
     with supervising(app, SPEC):
         good = finished(app, app.enqueue(JOB + "typed", {"when": "2024-01-02T03:04:05Z", "n": 2}))
-        bad = finished(app, app.enqueue(JOB + "typed", {"when": "yesterday"}))
+        bad = finished(app, producer.enqueue(JOB + "typed", {"when": "yesterday"}))
+    producer.close()
     assert good.result == "2024-01-02T03:04:05+00:00 x2"
     assert bad.state == JobState.FAILED and bad.attempts == 1
     assert "argument 'when'" in (bad.error or "")

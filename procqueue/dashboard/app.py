@@ -5,12 +5,14 @@ Pages (server-rendered, then kept live by polling their JSON twin):
 - ``/``                      queues: counts per state, oldest pending, throughput
 - ``/running`` ``/pending`` ``/failed`` ``/done`` ``/cancelled``
                              jobs in that state (``?queue=&name=&limit=``)
-- ``/jobs/{id}``             one job's full record
+- ``/jobs/{id}``             one job's full record, with every attempt's history
+- ``/supervisors``           live supervisors: host, pid, queues, busy, last seen
 
 JSON: ``GET /api/queues``, ``GET /api/jobs?state=&queue=&name=&limit=``,
-``GET /api/jobs/{id}``. Actions (POST, CSRF token required):
-``/api/jobs/{id}/cancel``, ``/api/jobs/{id}/retry``,
-``/api/queues/{name}/pause``, ``/api/queues/{name}/resume``.
+``GET /api/jobs/{id}``, ``GET /api/supervisors``. Actions (POST, CSRF token
+required): ``/api/jobs/{id}/cancel``, ``/api/jobs/{id}/retry``,
+``/api/queues/{name}/pause``, ``/api/queues/{name}/resume``, and by filter
+``/api/bulk/retry?state=&queue=&name=``, ``/api/bulk/cancel?...``.
 """
 
 from __future__ import annotations
@@ -103,7 +105,28 @@ class Dashboard:
         )
         rows = [views.job_view(j, now) for j in jobs]
         totals = views.totals(self.app.stats().values())
-        return {**totals, "jobs": rows, "empty": "" if rows else "1"}
+        return {**totals, "jobs": rows, "empty": "" if rows else "1", **self._bulk(state, query)}
+
+    def _bulk(self, state: str | None, query: dict[str, str]) -> views.View:
+        """The page's "retry/cancel all matching" action: how many, and where to post."""
+        verb = {"failed": "retry", "cancelled": "retry", "pending": "cancel", "running": "cancel"}
+        if state not in verb:
+            return {"bulk_n": "", "bulk_url": ""}
+        queue, name = query.get("queue") or None, query.get("name") or None
+        n = self.app.client.count_where(verb[state], state=state, queue=queue, name=name)
+        where = {"state": state, "queue": queue, "name": name}
+        filters = {k: v for k, v in where.items() if v is not None}
+        return {
+            "bulk_n": str(n) if n else "",
+            "bulk_label": f"{verb[state].capitalize()} all {n} matching",
+            "bulk_url": f"/api/bulk/{verb[state]}?{urlencode(filters)}",
+        }
+
+    def supervisors_data(self) -> views.View:
+        now = self.now()
+        rows = [views.supervisor_view(s, now) for s in self.app.supervisors()]
+        totals = views.totals(self.app.stats().values())
+        return {**totals, "supervisors": rows, "empty": "" if rows else "1"}
 
     def job_data(self, job_id: int) -> views.View:
         info = self.app.get(job_id)
@@ -159,7 +182,16 @@ class Dashboard:
             )
         return self.render(request, "job.html", page="job", poll_url=f"/api/jobs/{job_id}", d=data)
 
+    def supervisors_page(self, request: Request) -> Response:
+        data = self.supervisors_data()
+        return self.render(
+            request, "supervisors.html", page="supervisors", poll_url="/api/supervisors", d=data
+        )
+
     # -- JSON ----------------------------------------------------------------
+
+    def supervisors_json(self, request: Request) -> Response:
+        return JSON(self.supervisors_data())
 
     def queues_json(self, request: Request) -> Response:
         return JSON(self.queues_data())
@@ -188,7 +220,7 @@ class Dashboard:
             try:
                 message = await run_in_threadpool(do, request)
                 status, body = 200, {"ok": True, "message": message}
-            except errors.JobNotFound as exc:
+            except (errors.JobNotFound, errors.QueueNotFound) as exc:
                 status, body = 404, {"ok": False, "error": str(exc)}
             except (errors.InvalidState, errors.ConfigError) as exc:
                 status, body = 409, {"ok": False, "error": f"cannot {verb}: {exc}"}
@@ -216,12 +248,30 @@ class Dashboard:
         self.app.resume(request.path_params["name"])
         return f"queue {request.path_params['name']} resumed"
 
+    @staticmethod
+    def _where(request: Request) -> tuple[str | None, str | None, str | None]:
+        """``?state=&queue=&name=`` of a bulk action (empty: any)."""
+        q = request.query_params
+        return q.get("state") or None, q.get("queue") or None, q.get("name") or None
+
+    def bulk_retry(self, request: Request) -> str:
+        state, queue, name = self._where(request)
+        n = self.app.retry_where(state=state, queue=queue, name=name)
+        return f"{_jobs(n)} queued again"
+
+    def bulk_cancel(self, request: Request) -> str:
+        state, queue, name = self._where(request)
+        cancelled, stopping = self.app.cancel_where(state=state, queue=queue, name=name)
+        return f"{_jobs(cancelled)} cancelled, {_jobs(stopping)} running being stopped"
+
     def routes(self) -> list[BaseRoute]:
         pages: list[BaseRoute] = [Route("/", self.queues_page, methods=["GET"])]
         pages += [Route(f"/{state}", self.jobs_page, methods=["GET"]) for state in views.STATES]
         return [
             *pages,
             Route("/jobs/{id:int}", self.job_page, methods=["GET"]),
+            Route("/supervisors", self.supervisors_page, methods=["GET"]),
+            Route("/api/supervisors", self.supervisors_json, methods=["GET"]),
             Route("/api/queues", self.queues_json, methods=["GET"]),
             Route("/api/jobs", self.jobs_json, methods=["GET"]),
             Route("/api/jobs/{id:int}", self.job_json, methods=["GET"]),
@@ -232,10 +282,16 @@ class Dashboard:
                     ("/api/jobs/{id:int}/retry", "retry", self.retry),
                     ("/api/queues/{name}/pause", "pause", self.pause),
                     ("/api/queues/{name}/resume", "resume", self.resume),
+                    ("/api/bulk/retry", "retry the matching jobs", self.bulk_retry),
+                    ("/api/bulk/cancel", "cancel the matching jobs", self.bulk_cancel),
                 )
             ],
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job{'' if n == 1 else 's'}"
 
 
 def query_limit(query: dict[str, str]) -> int:

@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 
 import msgspec
 
+from procqueue import models
 from procqueue.models import JobInfo, JobState, QueueInfo
 
 STATES = [s.value for s in JobState]
@@ -142,6 +143,8 @@ def job_view(info: JobInfo, now: dt.datetime, *, full: bool = False) -> View:
         "finished_iso": iso(info.finished_at),
         "deadline": relative(info.deadline_at, now),
         "deadline_iso": iso(info.deadline_at),
+        "owner": owner(info.owner) if running else "",
+        "orphaned": "1" if info.orphaned else "",
         "can_cancel": "1" if state in (JobState.PENDING, JobState.RUNNING) else "",
         "can_retry": "1" if state in (JobState.FAILED, JobState.CANCELLED) else "",
         "cancel_url": f"/api/jobs/{info.id}/cancel",
@@ -157,9 +160,55 @@ def job_view(info: JobInfo, now: dt.datetime, *, full: bool = False) -> View:
                 "serial_key": info.serial_key or "",
                 "tags": ", ".join(info.tags),
                 "list_url": f"/{state}",
+                "history": [attempt_view(h, n) for n, h in enumerate(info.history)],
+                "no_history": "" if info.history else "1",
             }
         )
     return view
+
+
+def owner(text: str | None) -> str:
+    """``host:pid`` of a supervisor's owner string."""
+    host, pid = models.owner_parts(text)
+    if host is None:
+        return ""
+    return host if pid is None else f"{host}:{pid}"
+
+
+def attempt_view(h: models.AttemptInfo, n: int) -> View:
+    """One row of a job's attempt history."""
+    return {
+        "key": str(n),
+        "attempt": f"#{h.attempt}",
+        "outcome": h.outcome,
+        "where": f"{h.host or '?'}:{h.supervisor_pid or '?'}",
+        "child_pid": "" if h.child_pid is None else str(h.child_pid),
+        "started_iso": iso(h.started_at),
+        "ended_iso": iso(h.ended_at),
+        "took": duration(h.seconds),
+        "exit_reason": h.exit_reason or "",
+        "peak_memory": "" if h.peak_memory is None else f"{h.peak_memory:.0f} MB",
+        "error": h.error or "",
+    }
+
+
+def supervisor_view(s: models.SupervisorInfo, now: dt.datetime) -> View:
+    queues = "all" if s.queues is None else ", ".join(s.queues)
+    return {
+        "key": s.owner,
+        "host": s.host,
+        "pid": str(s.pid),
+        "spec": s.spec,
+        "queues": queues,
+        "limits": ", ".join(f"{k}={v}" for k, v in sorted(s.limits.items())),
+        "busy": f"{s.busy}/{s.workers}",
+        "version": s.version,
+        "started": relative(s.started_at, now),
+        "started_iso": iso(s.started_at),
+        "last_seen": relative(s.last_seen, now),
+        "last_seen_iso": iso(s.last_seen),
+        "status": "alive" if s.alive else "stale",
+    }
 
 
 # -- queues ------------------------------------------------------------------
@@ -173,6 +222,7 @@ def queue_view(q: QueueInfo) -> View:
         **{s: getattr(q, s) for s in STATES},
         **{f"url_{s}": f"/{s}?{urlencode({'queue': q.name})}" for s in STATES},
         "limit": "" if q.limit is None else str(q.limit),
+        "limit_by": "" if q.limit_by is None else f"{q.limit_by}, {iso(q.limit_at)}".strip(", "),
         "paused": "1" if q.paused else "",
         "active": "" if q.paused else "1",
         "status": "paused" if q.paused else "active",

@@ -227,6 +227,7 @@ def _job_columns(json: _Json) -> tuple[tuple[str, Check, Callable[[], Any]], ...
         ("finished_at", _optional(_time), type(None)),
         ("deadline_at", _optional(_time), type(None)),
         ("pid", _optional(_int), type(None)),
+        ("owner", _optional(_text), type(None)),
     )
 
 
@@ -305,10 +306,22 @@ def queue_count(row: Row) -> tuple[str, str, int, float | None] | None:
         return queue, state, n, None
 
 
-def queue_setting(row: Row) -> tuple[str, int | None, bool] | None:
-    """``(name, limit, paused)`` of a ``queue_limits`` row; a limit that is
-    not an integer counts as none; None when the name is not text."""
+def queue_setting(row: Row) -> tuple[str, int | None, bool, str | None, float | None] | None:
+    """``(name, limit, paused, limit_by, limit_at)`` of a ``queue_limits``
+    row; a limit that is not an integer counts as none, an unreadable
+    limit_by or limit_at as unknown; None when the name is not text."""
     name, limit = row["name"], row["concurrency"]
     if type(name) is not str:
         return None
-    return name, limit if type(limit) is int else None, bool(row["paused"])
+    by, at = row["limit_by"], row["limit_at"]
+    try:
+        when = None if at is None else _number(at)
+    except Undecodable:
+        when = None
+    return (
+        name,
+        limit if type(limit) is int else None,
+        bool(row["paused"]),
+        by if type(by) is str else None,
+        when,
+    )

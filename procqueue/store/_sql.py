@@ -13,8 +13,10 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+import msgspec
+
 from procqueue import errors, models
-from procqueue.store import _dialect, _queries, _rows, base
+from procqueue.store import _dialect, _queries, _rows, _sql_ops, base
 
 log = logging.getLogger("procqueue.store")
 
@@ -34,9 +36,10 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
     return errors.InvalidState(f"job {id} is {row['state']}; {rule}")
 
 
-class SqlStore:
+class SqlStore(_sql_ops.OpsStore):
     """A `base.Store` over one `Dialect`. Safe to share between threads when
-    the dialect is (both are)."""
+    the dialect is (both are). The operators' side (attempt history,
+    supervisors, managed limits, bulk actions) is in `_sql_ops.OpsStore`."""
 
     def __init__(self, dialect: _dialect.Dialect) -> None:
         self._db = dialect
@@ -97,9 +100,14 @@ class SqlStore:
             tx.notify()
         return ids
 
-    def job_get(self, *, id: int) -> models.JobInfo | None:
+    def job_get(self, *, id: int, history: bool = True) -> models.JobInfo | None:
         rows = self._db.statement("job_get", {"id": id}, idempotent=True).rows
-        return _rows.job_info(rows[0], self._json) if rows else None
+        if not rows:
+            return None
+        info = _rows.job_info(rows[0], self._json)
+        if not history:
+            return info
+        return msgspec.structs.replace(info, history=self.attempt_list(id=id))
 
     def job_list(
         self, *, state: str | None, queue: str | None, name: str | None, limit: int
@@ -148,18 +156,22 @@ class SqlStore:
             return base.Cycle(lost=[], claimed=[])
         # In id order; a refused value raises here, before any SQL runs.
         records = [
-            (o.id, _rows.record_params(o, now)) for o in sorted(outcomes, key=lambda o: o.id)
+            (o.id, _rows.record_params(o, now), _sql_ops.history_params(o, now))
+            for o in sorted(outcomes, key=lambda o: o.id)
         ]
         wanted = None if queues is None else self._db.array(list(queues))
         with self._db.transaction() as tx:
             with tx.pipeline("job_record_and_claim"):
-                recorded = tx.execute_each("job_record", [p for _, p in records])
+                histories = [h for _, _, h in records if h is not None]
+                if histories:  # before the updates, while their fences still hold
+                    tx.execute_each("attempt_record", histories)
+                recorded = tx.execute_each("job_record", [p for _, p, _ in records])
                 if count > 0:
                     tx.lock("claim")
                     found = tx.execute(
                         "job_candidates", {"now": now, "queues": wanted, "limit": overfetch(count)}
                     )
-            gone = {id_ for (id_, _), row in zip(records, recorded, strict=True) if row is None}
+            gone = {id_ for (id_, _, _), row in zip(records, recorded, strict=True) if row is None}
             lost = [o.id for o in outcomes if o.id in gone]
             if count <= 0:
                 return base.Cycle(lost=lost, claimed=[])
@@ -245,7 +257,12 @@ class SqlStore:
         raise _refused(id, row, "only failed or cancelled jobs retry")
 
     def job_rescue_expired(self, *, now: float) -> int:
-        return self._db.statement("job_rescue_expired", {"now": now}).rowcount
+        """Writes a ``lost`` history row for each rescued attempt first, under
+        the claim lock, so that racing rescuers never both write one."""
+        with self._db.transaction() as tx:
+            tx.lock("claim")
+            tx.execute("attempt_record_lost", {"now": now})
+            return int(tx.execute("job_rescue_expired", {"now": now}).rowcount)
 
     def job_owners_running(self, *, host: str) -> list[str]:
         params = {"prefix": f"{host}:"}
@@ -262,7 +279,11 @@ class SqlStore:
     def job_prune(self, *, states: Iterable[str], before: float, limit: int) -> int:
         wanted = self._db.array([s for s in states if s in _STATES])
         params = {"states": wanted, "before": before, "limit": limit}
-        return self._db.statement("job_prune", params).rowcount
+        with self._db.transaction() as tx:
+            ids = [row["id"] for row in tx.execute("job_prune", params).fetchall()]
+            if ids:
+                tx.execute("attempt_prune", {"ids": self._db.array(ids)})
+        return len(ids)
 
     def job_sweep_failures(
         self,
@@ -297,8 +318,11 @@ class SqlStore:
 
     # -- queues -----------------------------------------------------------
 
-    def queue_set_limit(self, *, queue: str, limit: int | None) -> None:
-        self._db.statement("queue_set_limit", {"queue": queue, "limit": limit})
+    def queue_set_limit(
+        self, *, queue: str, limit: int | None, by: str | None = None, now: float | None = None
+    ) -> None:
+        params = {"queue": queue, "limit": limit, "by": by, "now": now}
+        self._db.statement("queue_set_limit", params)
 
     def queue_set_paused(self, *, queue: str, paused: bool) -> None:
         """Resuming wakes supervisors: the queue's due jobs start now, not at the next poll."""
@@ -312,8 +336,8 @@ class SqlStore:
         counts = self._db.statement("queue_counts", {}, idempotent=True).rows
         return base.queue_infos(
             settings={
-                name: (limit, paused)
-                for name, limit, paused in filter(None, map(_rows.queue_setting, settings))
+                name: (limit, paused, by, at)
+                for name, limit, paused, by, at in filter(None, map(_rows.queue_setting, settings))
             },
             counts=filter(None, map(_rows.queue_count, counts)),
             now=now,

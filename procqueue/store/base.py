@@ -16,7 +16,7 @@ import msgspec
 
 from procqueue import models
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The schema version this code writes and reads."""
 
 
@@ -93,7 +93,9 @@ class Store(Protocol):
         """Consumes pending wake-ups; True if there was at least one. Never raises."""
         ...
 
-    def job_get(self, *, id: int) -> models.JobInfo | None: ...
+    def job_get(self, *, id: int, history: bool = True) -> models.JobInfo | None:
+        """One job's record, with its attempt history unless `history` is False."""
+        ...
 
     def job_list(
         self, *, state: str | None, queue: str | None, name: str | None, limit: int
@@ -220,12 +222,79 @@ class Store(Protocol):
         """True for exactly one caller per `every` seconds, cluster-wide."""
         ...
 
-    def queue_set_limit(self, *, queue: str, limit: int | None) -> None: ...
+    def queue_set_limit(
+        self, *, queue: str, limit: int | None, by: str | None = None, now: float | None = None
+    ) -> None:
+        """Sets (None: clears) `queue`'s limit; `by` says who, for ``procqueue queues``."""
+        ...
 
     def queue_set_paused(self, *, queue: str, paused: bool) -> None: ...
 
     def queue_list(self, *, now: float) -> list[models.QueueInfo]:
         """Every queue that has jobs or settings, with counts per state."""
+        ...
+
+    # -- operations (issue 14): see store/_sql_ops.py ----------------------
+
+    def attempt_list(self, *, id: int) -> list[models.AttemptInfo]:
+        """Every recorded attempt of job `id`, oldest first."""
+        ...
+
+    def supervisor_beat(
+        self,
+        *,
+        owner: str,
+        spec: str,
+        version: str,
+        queues: Sequence[str] | None,
+        limits: dict[str, int],
+        workers: int,
+        busy: int,
+        beat_every: float,
+        started_at: float,
+        now: float,
+    ) -> None:
+        """Upserts `owner`'s heartbeat row (and forgets rows silent for a day)."""
+        ...
+
+    def supervisor_remove(self, *, owner: str) -> None: ...
+
+    def supervisor_list(self, *, now: float) -> list[models.SupervisorInfo]:
+        """Every supervisor row, `alive` judged at `now`."""
+        ...
+
+    def queue_init_limit(
+        self, *, queue: str, limit: int, by: str, now: float
+    ) -> tuple[int | None, str | None]:
+        """Sets the limit only if nobody set or cleared it; returns (limit, by) in force."""
+        ...
+
+    def job_count_where(
+        self, *, states: Sequence[str], queue: str | None, name: str | None, since: float | None
+    ) -> int: ...
+
+    def job_retry_where(
+        self,
+        *,
+        states: Sequence[str],
+        queue: str | None,
+        name: str | None,
+        since: float | None,
+        now: float,
+    ) -> int:
+        """Retries every failed or cancelled job matching; returns how many."""
+        ...
+
+    def job_cancel_where(
+        self,
+        *,
+        states: Sequence[str],
+        queue: str | None,
+        name: str | None,
+        since: float | None,
+        now: float,
+    ) -> tuple[int, int]:
+        """Cancels every pending or running job matching; (cancelled, cancelling)."""
         ...
 
 
@@ -257,17 +326,20 @@ def choose(candidates: Iterable[Candidate], *, count: int) -> list[int]:
 
 def queue_infos(
     *,
-    settings: dict[str, tuple[int | None, bool]],
+    settings: dict[str, tuple[int | None, bool, str | None, float | None]],
     counts: Iterable[tuple[str, str, int, float | None]],
     now: float,
 ) -> list[models.QueueInfo]:
     """Folds per-(queue, state) counts and queue settings into QueueInfo rows."""
     per: dict[str, dict[str, Any]] = {}
-    for name, (limit, paused) in settings.items():
-        per[name] = {"name": name, "limit": limit, "paused": paused}
+    for name, (limit, paused, by, at) in settings.items():
+        per[name] = {"name": name, "limit": limit, "paused": paused, "limit_by": by}
+        if at is not None:
+            per[name]["limit_at"] = models.to_datetime(at)
     for queue, state, n, oldest in counts:
         row = per.setdefault(queue, {"name": queue, "limit": None, "paused": False})
         row[state] = n
+        # the pending job that waits longest: due since its run_at (not its creation)
         if state == models.JobState.PENDING and oldest is not None:
             row["oldest_pending_age"] = max(0.0, now - oldest)
     return [msgspec.convert(per[name], models.QueueInfo) for name in sorted(per)]

@@ -38,7 +38,7 @@ def start(app: App, job_id: int, *, now: float | None = None) -> models.ClaimedJ
     """Claims `job_id` (it must be the only due job of its queue) as running."""
     now = time.time() if now is None else now
     (claimed,) = app.store.job_claim(
-        owner="dashboard-test",
+        owner="worker-7.internal:31337:5f2c",  # host:pid:token, as a supervisor writes it
         queues=[app.get(job_id).queue],
         count=1,
         lease_until=now + 600,
@@ -63,17 +63,27 @@ def finish(
     result: Any = None,
     error: str | None = None,
     now: float | None = None,
+    exit_reason: str | None = None,
+    started: float | None = None,
 ) -> None:
-    """Records the running attempt of `job_id` as `state`."""
+    """Records the running attempt of `job_id` as `state` (pending: a retry),
+    with its history row, as a supervisor would."""
     info = app.get(job_id)
+    at = time.time() if now is None else now
     outcome = models.Outcome(
         id=job_id,
         attempt=info.attempts,
         state=state,
         result=None if result is None else msgspec.json.encode(result),
         error=error,
+        run_at=at if state == JobState.PENDING else None,
+        history="retried" if state == JobState.PENDING else state.value,
+        child_pid=40000 + job_id % 1000,
+        started_at=started if started is not None else at - 0.5,
+        exit_reason=exit_reason,
+        peak_memory=96.0 + job_id % 50,
     )
-    lost = app.store.job_record_many(outcomes=[outcome], now=time.time() if now is None else now)
+    lost = app.store.job_record_many(outcomes=[outcome], now=at)
     assert lost == []
 
 

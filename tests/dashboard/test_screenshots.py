@@ -37,6 +37,15 @@ ERRORS = [
 ]
 
 
+CRASH_STACK = (
+    "child process killed by SIGSEGV\n"
+    "Fatal Python error: Segmentation fault\n\n"
+    "Current thread 0x00007f3a2c1ff740 (most recent call first):\n"
+    '  File "app/imaging.py", line 41 in decode_heic\n'
+    '  File "app/jobs.py", line 27 in thumbnail'
+)
+
+
 def history(app: App, rng: random.Random) -> dict[str, int]:
     """Fifteen minutes of finished work, recorded as a supervisor would have."""
     now = time.time()
@@ -60,6 +69,24 @@ def history(app: App, rng: random.Random) -> dict[str, int]:
                 result = {"path": args["path"], "bytes": rng.randint(9000, 90000)}
                 finish(app, job, JobState.DONE, result=result, now=t)
             ids[f"failed{failures % len(ERRORS)}" if fails else "done"] = job
+    ids["crashed"] = crashed = insert(
+        app, "app.jobs.thumbnail", {"path": "uploads/8841.heic", "width": 256}, now=now - 95
+    )
+    crashes = [
+        ("SIGSEGV", CRASH_STACK, now - 90),
+        ("SIGKILL", "timed out after 30s (child process killed by SIGKILL)", now - 55),
+    ]
+    for exit_reason, error, t in crashes:
+        start(app, crashed, now=t - 3)
+        finish(app, crashed, JobState.PENDING, error=error, now=t, exit_reason=exit_reason)
+    start(app, crashed, now=now - 12)
+    finish(
+        app,
+        crashed,
+        JobState.FAILED,
+        error=ERRORS[4] + "\n(gave up after 3 attempts)",
+        now=now - 10,
+    )
     for n in range(3):
         job = insert(app, "app.jobs.send_digest", {"user": 100 + n}, queue="email", now=now - 200)
         app.cancel(job)
@@ -89,30 +116,43 @@ def test_screenshots_of_every_page(serve: Serve, tab: Tab, tmp_path: Path) -> No
                     for x, y in [(0, 0), (3, 1), (5, 4), (2, 6), (6, 6), (7, 2)]
                 )
             ]
+            # (each child holds a window of claimed jobs: some tiles wait in a pipe)
             wait_until(
-                lambda: sum(app.get(t).fraction is not None for t in tiles) == 4,
-                what="four tiles running",
+                lambda: sum(app.get(t).fraction is not None for t in tiles) >= 3,
+                what="tiles running",
             )
+            wait_until(lambda: app.supervisors(), what="the supervisor's heartbeat")
             shots: list[tuple[str, str, Any]] = [
                 (
                     "queues",
                     "/",
                     lambda: expect(page.locator('tr[data-key="tiles"]')).to_be_visible(),
                 ),
-                ("running", "/running", lambda: expect(page.locator("tbody tr")).to_have_count(4)),
+                (
+                    "running",
+                    "/running",
+                    lambda: expect(page.locator(f'tr[data-key="{tiles[0]}"]')).to_be_visible(),
+                ),
                 ("pending", "/pending", lambda: None),
                 ("failed", "/failed", lambda: None),
-                ("job", f"/jobs/{ids['failed0']}", lambda: None),
+                ("job", f"/jobs/{ids['crashed']}", lambda: None),
+                (
+                    "supervisors",
+                    "/supervisors",
+                    lambda: expect(page.locator(".status")).to_have_text("alive"),
+                ),
             ]
             for name, path, ready in shots:
                 page.goto(url + path)
                 ready()
                 expect(page.locator(".live")).to_have_text("live")
                 bottom = page.evaluate("document.querySelector('main').scrollHeight + 56")
+                tallest = 1500 if name == "job" else 860  # the job's attempts, below its record
                 page.screenshot(
                     path=out / f"dashboard-{name}.png",
-                    clip={"x": 0, "y": 0, "width": 1360, "height": min(860, bottom)},
+                    clip={"x": 0, "y": 0, "width": 1360, "height": min(tallest, bottom)},
                     animations="disabled",
+                    full_page=name == "job",
                 )
             dashjobs.tile_gate(batch).write_text("done")
             for t in tiles:

@@ -30,14 +30,14 @@ SELECT id FROM jobs WHERE key = %(key)s
 -- One job's public record.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       pid
+       pid, owner
 FROM jobs WHERE id = %(id)s
 
 -- job_list --
 -- Jobs matching the given filters (NULL matches all), newest first.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       pid
+       pid, owner
 FROM jobs
 WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
@@ -47,7 +47,7 @@ LIMIT %(limit)s
 
 -- queue_limits --
 -- Limits and paused flags of every configured queue.
-SELECT name, concurrency, paused FROM queues
+SELECT name, concurrency, paused, limit_by, limit_at FROM queues
 
 -- job_candidates --
 -- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
@@ -95,7 +95,8 @@ SELECT id FROM jobs WHERE state = 'running' AND owner = %(owner)s AND cancel_req
 -- job_record --
 -- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
 -- A cancel requested while it ran wins over a retry or a hand-back: the job
--- ends cancelled instead of running again. The last progress is kept.
+-- ends cancelled instead of running again. The last progress is kept, except
+-- on a job going back to pending: its next attempt starts with none (and no pid).
 UPDATE jobs
 SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
                  ELSE %(state)s::text END,
@@ -107,8 +108,11 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
                          OR (cancel_requested AND %(state)s::text = 'pending')
                        THEN %(now)s::float8 END,
     attempts = attempts - %(refund)s::integer,
-    progress = coalesce(%(progress)s::text, progress),
-    fraction = coalesce(%(fraction)s::float8, fraction),
+    progress = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
+                    ELSE coalesce(%(progress)s::text, progress) END,
+    fraction = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
+                    ELSE coalesce(%(fraction)s::float8, fraction) END,
+    pid = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL ELSE pid END,
     owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
 RETURNING id
@@ -142,7 +146,8 @@ SELECT state FROM jobs WHERE id = %(id)s
 -- A failed or cancelled job runs again with its attempts reset (durable steps kept).
 UPDATE jobs
 SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = %(now)s::float8,
-    finished_at = NULL, started_at = NULL, failure_handled = false
+    finished_at = NULL, started_at = NULL, progress = NULL, fraction = NULL, pid = NULL,
+    failure_handled = false
 WHERE id = %(id)s AND state IN ('failed', 'cancelled')
 
 -- job_rescue_expired --
@@ -154,6 +159,9 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     error = 'attempt ' || attempts || ' lost its lease (its supervisor stopped renewing it)',
     finished_at = CASE WHEN cancel_requested OR attempts >= max_attempts
                        THEN %(now)s::float8 END,
+    progress = CASE WHEN cancel_requested OR attempts >= max_attempts THEN progress END,
+    fraction = CASE WHEN cancel_requested OR attempts >= max_attempts THEN fraction END,
+    pid = CASE WHEN cancel_requested OR attempts >= max_attempts THEN pid END,
     run_at = %(now)s::float8, owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE state = 'running' AND lease_until < %(now)s::float8
 
@@ -174,16 +182,19 @@ UPDATE jobs SET state = 'failed', error = 'passed its deadline', finished_at = %
 WHERE state = 'pending' AND deadline_at IS NOT NULL AND deadline_at <= %(now)s::float8
 
 -- job_prune --
--- Deletes one bounded batch of finished jobs.
+-- Deletes one bounded batch of finished jobs; returns their ids (their attempts go next).
 DELETE FROM jobs WHERE id IN (
     SELECT id FROM jobs
     WHERE state = ANY(%(states)s::text[]) AND finished_at < %(before)s::float8
     LIMIT %(limit)s)
+RETURNING id
 
 -- queue_set_limit --
--- Sets (or clears, with NULL) a queue's cluster-wide concurrency.
-INSERT INTO queues (name, concurrency) VALUES (%(queue)s, %(limit)s::integer)
-ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency
+-- Sets (or clears, with NULL) a queue's cluster-wide concurrency, and who did it when.
+INSERT INTO queues (name, concurrency, limit_by, limit_at)
+VALUES (%(queue)s, %(limit)s::integer, %(by)s::text, %(now)s::float8)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, limit_by = excluded.limit_by, limit_at = excluded.limit_at
 
 -- queue_set_paused --
 -- Pauses or resumes claims from a queue, cluster-wide.
@@ -191,8 +202,8 @@ INSERT INTO queues (name, paused) VALUES (%(queue)s, %(paused)s::boolean)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 
 -- queue_counts --
--- Jobs per queue and state, and each queue's oldest pending job.
-SELECT queue, state, count(*) AS n, min(created_at) AS oldest FROM jobs GROUP BY queue, state
+-- Jobs per queue and state, and the earliest run_at of each (a pending job waits from its run_at).
+SELECT queue, state, count(*) AS n, min(run_at) AS oldest FROM jobs GROUP BY queue, state
 
 -- schema_table_create --
 -- The table that records applied migrations.
@@ -204,7 +215,7 @@ CREATE TABLE IF NOT EXISTS procqueue_schema (
 -- skips the rows this one holds.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       pid, on_failure
+       pid, owner, on_failure
 FROM jobs
 WHERE state = 'failed' AND on_failure IS NOT NULL AND NOT failure_handled
 ORDER BY id
@@ -257,3 +268,107 @@ WHERE id = %(id)s AND state = 'running'
 -- Sets this transaction's statement and lock timeouts (milliseconds, as text).
 SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
        pg_catalog.set_config('lock_timeout', %(ms)s, true)
+
+-- ---- Operations (issue 14): attempt history, supervisors, managed limits, bulk actions ----
+
+-- attempt_record --
+-- One attempt's history row, written with its outcome in the same transaction and fenced the
+-- same way (nothing is written when the attempt is no longer running). A cancel that wins over
+-- a retry or a hand-back is recorded as the cancel it becomes.
+INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
+                          outcome, exit_reason, error, peak_memory)
+SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), started_at,
+       %(started_at)s::float8, %(now)s::float8,
+       CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
+            ELSE %(outcome)s::text END,
+       %(exit_reason)s::text, %(error)s::text, %(peak_memory)s::float8
+FROM jobs WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+RETURNING job_id
+
+-- attempt_record_lost --
+-- History rows of the running jobs whose lease passed, written just before job_rescue_expired
+-- in its transaction (which holds the claim lock, so two rescuers never both write them).
+INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
+                          outcome, exit_reason, error, peak_memory)
+SELECT id, attempts, owner, pid, started_at, NULL, %(now)s::float8, 'lost', NULL,
+       'its lease ran out: its supervisor stopped renewing it', NULL
+FROM jobs WHERE state = 'running' AND lease_until < %(now)s::float8
+
+-- attempt_list --
+-- Every recorded attempt of one job, oldest first.
+SELECT attempt, owner, child_pid, claimed_at, started_at, ended_at, outcome, exit_reason, error,
+       peak_memory
+FROM job_attempts WHERE job_id = %(id)s ORDER BY seq
+
+-- attempt_prune --
+-- The history of pruned jobs.
+DELETE FROM job_attempts WHERE job_id = ANY(%(ids)s::bigint[])
+
+-- supervisor_beat --
+-- A supervisor says it is alive, what it runs and how busy it is.
+INSERT INTO supervisors (owner, host, pid, version, spec, queues, limits, workers, busy,
+                         beat_every, started_at, last_seen)
+VALUES (%(owner)s, %(host)s, %(pid)s, %(version)s, %(spec)s, %(queues)s::jsonb,
+        %(limits)s::jsonb, %(workers)s, %(busy)s, %(beat_every)s::float8,
+        %(started_at)s::float8, %(now)s::float8)
+ON CONFLICT (owner) DO UPDATE
+SET busy = excluded.busy, workers = excluded.workers, beat_every = excluded.beat_every,
+    last_seen = excluded.last_seen
+
+-- supervisor_forget --
+-- Rows of supervisors silent since `before` (gone without saying so).
+DELETE FROM supervisors WHERE last_seen < %(before)s::float8
+
+-- supervisor_remove --
+-- A supervisor that stopped cleanly removes its row.
+DELETE FROM supervisors WHERE owner = %(owner)s
+
+-- supervisor_list --
+-- Every supervisor row, oldest first.
+SELECT owner, host, pid, version, spec, queues, limits, workers, busy, beat_every, started_at,
+       last_seen
+FROM supervisors ORDER BY started_at, owner
+
+-- queue_init_limit --
+-- A supervisor's --queue NAME=LIMIT, applied only to a queue whose limit nobody set yet:
+-- an operator's or an earlier supervisor's setting is never overwritten (the caller compares).
+INSERT INTO queues (name, concurrency, limit_by, limit_at)
+VALUES (%(queue)s, %(limit)s::integer, %(by)s::text, %(now)s::float8)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, limit_by = excluded.limit_by, limit_at = excluded.limit_at
+WHERE queues.concurrency IS NULL AND queues.limit_by IS NULL
+
+-- job_count_where --
+-- How many jobs in `states` match the filters (NULL matches all; since: created at or after).
+SELECT count(*) AS n FROM jobs
+WHERE state = ANY(%(states)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(since)s::float8 IS NULL OR created_at >= %(since)s::float8)
+
+-- job_retry_where --
+-- job_retry for every failed or cancelled job matching the filters.
+UPDATE jobs
+SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = %(now)s::float8,
+    finished_at = NULL, started_at = NULL, progress = NULL, fraction = NULL, pid = NULL,
+    failure_handled = false
+WHERE state IN ('failed', 'cancelled') AND state = ANY(%(states)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(since)s::float8 IS NULL OR created_at >= %(since)s::float8)
+
+-- job_cancel_pending_where --
+-- job_cancel_pending for every pending job matching the filters.
+UPDATE jobs SET state = 'cancelled', finished_at = %(now)s::float8
+WHERE state = 'pending' AND state = ANY(%(states)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(since)s::float8 IS NULL OR created_at >= %(since)s::float8)
+
+-- job_cancel_running_where --
+-- job_cancel_running for every running job matching the filters.
+UPDATE jobs SET cancel_requested = true
+WHERE state = 'running' AND NOT cancel_requested AND state = ANY(%(states)s::text[])
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(since)s::float8 IS NULL OR created_at >= %(since)s::float8)

@@ -28,14 +28,14 @@ SELECT id FROM jobs WHERE key = :key
 -- One job's public record.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       pid
+       pid, owner
 FROM jobs WHERE id = :id
 
 -- job_list --
 -- Jobs matching the given filters (NULL matches all), newest first.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       pid
+       pid, owner
 FROM jobs
 WHERE (:state IS NULL OR state = :state)
   AND (:queue IS NULL OR queue = :queue)
@@ -45,7 +45,7 @@ LIMIT :limit
 
 -- queue_limits --
 -- Limits and paused flags of every configured queue.
-SELECT name, concurrency, paused FROM queues
+SELECT name, concurrency, paused, limit_by, limit_at FROM queues
 
 -- job_candidates --
 -- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
@@ -91,7 +91,8 @@ SELECT id FROM jobs WHERE state = 'running' AND owner = :owner AND cancel_reques
 -- job_record --
 -- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
 -- A cancel requested while it ran wins over a retry or a hand-back: the job
--- ends cancelled instead of running again. The last progress is kept.
+-- ends cancelled instead of running again. The last progress is kept, except
+-- on a job going back to pending: its next attempt starts with none (and no pid).
 UPDATE jobs
 SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled'
                  ELSE :state END,
@@ -102,7 +103,11 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
     finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested = 1 AND :state = 'pending') THEN :now END,
     attempts = attempts - :refund,
-    progress = coalesce(:progress, progress), fraction = coalesce(:fraction, fraction),
+    progress = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
+                    ELSE coalesce(:progress, progress) END,
+    fraction = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
+                    ELSE coalesce(:fraction, fraction) END,
+    pid = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL ELSE pid END,
     owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE id = :id AND attempts = :attempt AND state = 'running'
 RETURNING id
@@ -139,7 +144,8 @@ SELECT state FROM jobs WHERE id = :id
 -- A failed or cancelled job runs again with its attempts reset (durable steps kept).
 UPDATE jobs
 SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
-    finished_at = NULL, started_at = NULL, failure_handled = 0
+    finished_at = NULL, started_at = NULL, progress = NULL, fraction = NULL, pid = NULL,
+    failure_handled = 0
 WHERE id = :id AND state IN ('failed', 'cancelled')
 
 -- job_rescue_expired --
@@ -150,6 +156,9 @@ SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
                  ELSE 'pending' END,
     error = 'attempt ' || attempts || ' lost its lease (its supervisor stopped renewing it)',
     finished_at = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN :now END,
+    progress = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN progress END,
+    fraction = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN fraction END,
+    pid = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN pid END,
     run_at = :now, owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE state = 'running' AND lease_until < :now
 
@@ -170,16 +179,18 @@ UPDATE jobs SET state = 'failed', error = 'passed its deadline', finished_at = :
 WHERE state = 'pending' AND deadline_at IS NOT NULL AND deadline_at <= :now
 
 -- job_prune --
--- Deletes one bounded batch of finished jobs.
+-- Deletes one bounded batch of finished jobs; returns their ids (their attempts go next).
 DELETE FROM jobs WHERE id IN (
     SELECT id FROM jobs
     WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at < :before
     LIMIT :limit)
+RETURNING id
 
 -- queue_set_limit --
--- Sets (or clears, with NULL) a queue's cluster-wide concurrency.
-INSERT INTO queues (name, concurrency) VALUES (:queue, :limit)
-ON CONFLICT (name) DO UPDATE SET concurrency = excluded.concurrency
+-- Sets (or clears, with NULL) a queue's cluster-wide concurrency, and who did it when.
+INSERT INTO queues (name, concurrency, limit_by, limit_at) VALUES (:queue, :limit, :by, :now)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, limit_by = excluded.limit_by, limit_at = excluded.limit_at
 
 -- queue_set_paused --
 -- Pauses or resumes claims from a queue, cluster-wide.
@@ -187,8 +198,8 @@ INSERT INTO queues (name, paused) VALUES (:queue, :paused)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 
 -- queue_counts --
--- Jobs per queue and state, and each queue's oldest pending job.
-SELECT queue, state, count(*) AS n, min(created_at) AS oldest FROM jobs GROUP BY queue, state
+-- Jobs per queue and state, and the earliest run_at of each (a pending job waits from its run_at).
+SELECT queue, state, count(*) AS n, min(run_at) AS oldest FROM jobs GROUP BY queue, state
 
 -- schema_table_create --
 -- The table that records applied migrations.
@@ -198,7 +209,7 @@ CREATE TABLE IF NOT EXISTS procqueue_schema (version INTEGER PRIMARY KEY, applie
 -- Jobs that gave up and whose on_failure handler was not enqueued yet.
 SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
-       pid, on_failure
+       pid, owner, on_failure
 FROM jobs
 WHERE state = 'failed' AND on_failure IS NOT NULL AND failure_handled = 0
 ORDER BY id
@@ -246,3 +257,103 @@ COMMIT
 -- sqlite_rollback --
 -- Abandons a transaction.
 ROLLBACK
+
+-- ---- Operations (issue 14): attempt history, supervisors, managed limits, bulk actions ----
+
+-- attempt_record --
+-- One attempt's history row, written with its outcome in the same transaction and fenced the
+-- same way (nothing is written when the attempt is no longer running). A cancel that wins over
+-- a retry or a hand-back is recorded as the cancel it becomes.
+INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
+                          outcome, exit_reason, error, peak_memory)
+SELECT id, attempts, owner, coalesce(:child_pid, pid), started_at, :started_at, :now,
+       CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled' ELSE :outcome END,
+       :exit_reason, :error, :peak_memory
+FROM jobs WHERE id = :id AND attempts = :attempt AND state = 'running'
+RETURNING job_id
+
+-- attempt_record_lost --
+-- History rows of the running jobs whose lease passed, written just before job_rescue_expired
+-- in its transaction (which holds the claim lock, so two rescuers never both write them).
+INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
+                          outcome, exit_reason, error, peak_memory)
+SELECT id, attempts, owner, pid, started_at, NULL, :now, 'lost', NULL,
+       'its lease ran out: its supervisor stopped renewing it', NULL
+FROM jobs WHERE state = 'running' AND lease_until < :now
+
+-- attempt_list --
+-- Every recorded attempt of one job, oldest first.
+SELECT attempt, owner, child_pid, claimed_at, started_at, ended_at, outcome, exit_reason, error,
+       peak_memory
+FROM job_attempts WHERE job_id = :id ORDER BY seq
+
+-- attempt_prune --
+-- The history of pruned jobs.
+DELETE FROM job_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- supervisor_beat --
+-- A supervisor says it is alive, what it runs and how busy it is.
+INSERT INTO supervisors (owner, host, pid, version, spec, queues, limits, workers, busy,
+                         beat_every, started_at, last_seen)
+VALUES (:owner, :host, :pid, :version, :spec, :queues, :limits, :workers, :busy,
+        :beat_every, :started_at, :now)
+ON CONFLICT (owner) DO UPDATE
+SET busy = excluded.busy, workers = excluded.workers, beat_every = excluded.beat_every,
+    last_seen = excluded.last_seen
+
+-- supervisor_forget --
+-- Rows of supervisors silent since `before` (gone without saying so).
+DELETE FROM supervisors WHERE last_seen < :before
+
+-- supervisor_remove --
+-- A supervisor that stopped cleanly removes its row.
+DELETE FROM supervisors WHERE owner = :owner
+
+-- supervisor_list --
+-- Every supervisor row, oldest first.
+SELECT owner, host, pid, version, spec, queues, limits, workers, busy, beat_every, started_at,
+       last_seen
+FROM supervisors ORDER BY started_at, owner
+
+-- queue_init_limit --
+-- A supervisor's --queue NAME=LIMIT, applied only to a queue whose limit nobody set yet:
+-- an operator's or an earlier supervisor's setting is never overwritten (the caller compares).
+INSERT INTO queues (name, concurrency, limit_by, limit_at) VALUES (:queue, :limit, :by, :now)
+ON CONFLICT (name) DO UPDATE
+SET concurrency = excluded.concurrency, limit_by = excluded.limit_by, limit_at = excluded.limit_at
+WHERE queues.concurrency IS NULL AND queues.limit_by IS NULL
+
+-- job_count_where --
+-- How many jobs in `states` match the filters (NULL matches all; since: created at or after).
+SELECT count(*) AS n FROM jobs
+WHERE state IN (SELECT value FROM json_each(:states))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+  AND (:since IS NULL OR created_at >= :since)
+
+-- job_retry_where --
+-- job_retry for every failed or cancelled job matching the filters.
+UPDATE jobs
+SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
+    finished_at = NULL, started_at = NULL, progress = NULL, fraction = NULL, pid = NULL,
+    failure_handled = 0
+WHERE state IN ('failed', 'cancelled') AND state IN (SELECT value FROM json_each(:states))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+  AND (:since IS NULL OR created_at >= :since)
+
+-- job_cancel_pending_where --
+-- job_cancel_pending for every pending job matching the filters.
+UPDATE jobs SET state = 'cancelled', finished_at = :now
+WHERE state = 'pending' AND state IN (SELECT value FROM json_each(:states))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+  AND (:since IS NULL OR created_at >= :since)
+
+-- job_cancel_running_where --
+-- job_cancel_running for every running job matching the filters.
+UPDATE jobs SET cancel_requested = 1
+WHERE state = 'running' AND cancel_requested = 0 AND state IN (SELECT value FROM json_each(:states))
+  AND (:queue IS NULL OR queue = :queue)
+  AND (:name IS NULL OR name = :name)
+  AND (:since IS NULL OR created_at >= :since)
