@@ -195,6 +195,7 @@ def test_missing_explicit_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
         ("retention_days", "0.5", 0.5),
         ("max_jobs_per_child", "10", 10),
         ("max_memory_per_child", "256", 256.0),
+        ("max_memory_per_job", "128", 128.0),
         ("cron", "false", False),
         ("cron", "1", True),
         ("log_format", "json", "json"),

@@ -58,6 +58,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "_process",
             "_forkserver",
             "_template",
+            "_childio",
             "spawner",
             "pool",
             "demo_jobs",
