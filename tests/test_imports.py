@@ -69,6 +69,7 @@ LAYERS: list[tuple[str, set[str]]] = [
         "supervision",
         {
             "supervisor",
+            "attempt",
             "attempts",
             "attempt_writes",
             "limits",
