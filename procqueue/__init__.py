@@ -9,6 +9,7 @@ from __future__ import annotations
 from procqueue.app import App, load_app
 from procqueue.context import Context
 from procqueue.errors import (
+    BatchNotFound,
     ConfigError,
     EnqueueError,
     InvalidState,
@@ -22,12 +23,15 @@ from procqueue.errors import (
     StoreError,
     StoreRejected,
 )
-from procqueue.models import Backoff, JobInfo, JobState
+from procqueue.models import Backoff, BatchInfo, BatchState, JobInfo, JobState
 from procqueue.registry import Job
 
 __all__ = [
     "App",
     "Backoff",
+    "BatchInfo",
+    "BatchNotFound",
+    "BatchState",
     "ConfigError",
     "Context",
     "EnqueueError",

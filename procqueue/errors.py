@@ -6,6 +6,7 @@ A class's docstring is its default message. The tree::
     ├── ConfigError          bad DSN, option or configuration value
     ├── EnqueueError         bad input at enqueue: nothing was written
     ├── JobNotFound          no job with that id
+    ├── BatchNotFound        no batch with that id
     ├── InvalidState         the job is not in a state the operation accepts
     ├── StoreError           the database failed or refused
     │   ├── StoreRejected    the database refused a value (retrying won't help)
@@ -36,6 +37,10 @@ class EnqueueError(ProcqueueError):
 
 class JobNotFound(ProcqueueError):
     """No such job."""
+
+
+class BatchNotFound(ProcqueueError):
+    """No such batch."""
 
 
 class InvalidState(ProcqueueError):

@@ -58,7 +58,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "demo_jobs",
         },
     ),
-    ("client", {"client"}),
+    ("client", {"client", "batching"}),
     (
         "supervision",
         {
