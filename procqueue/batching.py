@@ -102,8 +102,8 @@ class Batches:
         on_success: Any = None,
         meta: dict[str, Any] | None = None,
     ) -> Batch:
-        """Creates an open batch. Handlers are jobs or functions taking one
-        argument, the `BatchInfo` (registered like on_failure handlers).
+        """Creates an open batch. Handlers are registered jobs (or their
+        names) taking one argument, the `BatchInfo`.
 
         Raises EnqueueError (ConfigError for a handler that is not a job or
         function) with nothing written.
@@ -130,9 +130,22 @@ class Batches:
         if handler is None:
             return None
         registry = self.client.registry
-        if not (isinstance(handler, str) or callable(handler)):
-            raise errors.ConfigError(f"a batch handler must be a job or a function: {handler!r}")
-        handler_name = registry.handler_name(handler)
+        if isinstance(handler, str):
+            handler_name = handler
+        elif callable(handler):
+            handler_name = getattr(handler, "name", None) or (
+                f"{handler.__module__}.{handler.__qualname__}"
+            )
+        else:
+            raise errors.ConfigError(f"a batch handler must be a job: {handler!r}")
+        if handler_name not in registry:
+            # Unlike on_failure=, which registers its function at import in
+            # every process, a handler given here would be known only to
+            # this producer: the children that run it would not know it.
+            raise errors.ConfigError(
+                f"batch handler {handler_name!r} is not a registered job; "
+                "decorate it with @app.job so that supervisors' children know it"
+            )
         params = list(registry.lookup(handler_name).arg_signature.parameters)
         arg = params[0] if params else None
         sample = _placeholder(name, now)
