@@ -74,7 +74,16 @@ LAYERS: list[tuple[str, set[str]]] = [
     ),
     (
         "interface",
-        {"cli", "_commands", "_format", "__main__", "testing", "demo", "dashboard"},
+        {
+            "cli",
+            "_commands",
+            "_batch_commands",
+            "_format",
+            "__main__",
+            "testing",
+            "demo",
+            "dashboard",
+        },
     ),
 ]
 """Bottom to top, by module name relative to ``procqueue`` (a package
