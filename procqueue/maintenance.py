@@ -35,6 +35,7 @@ class Maintenance:
         self.cron_after: dict[tuple[str, str], float] = {}
         self.pruning = False
         self.pruned = 0
+        self.pruned_batches = 0
 
     def step(self, now: float) -> bool:
         """One pass of every chore (on the database thread; StoreError
@@ -51,6 +52,7 @@ class Maintenance:
         if not self.pruning and self.store.chore_claim(name="prune", every=PRUNE_EVERY_S, now=now):
             self.pruning = True
             self.pruned = 0
+            self.pruned_batches = 0
         return woke or bool(swept)
 
     def prune_batch(self, now: float) -> None:
@@ -58,12 +60,18 @@ class Maintenance:
         before = now - self.settings.retention_days * 86400
         n = self.store.job_prune(states=("done", "cancelled"), before=before, limit=PRUNE_BATCH)
         self.pruned += n
-        if n < PRUNE_BATCH:
+        # Members of batches are not pruned as jobs (a batch's counts must not
+        # change under it): a batch complete for the retention period goes
+        # with its members, one batch per pass (in bounded statements).
+        if n < PRUNE_BATCH and self.store.batch_prune(before=before, limit=1):
+            self.pruned_batches += 1
+        elif n < PRUNE_BATCH:
             self.pruning = False
-            if self.pruned:
+            if self.pruned or self.pruned_batches:
                 log.info(
-                    "pruned %d finished jobs older than %g days",
+                    "pruned %d finished jobs and %d batches older than %g days",
                     self.pruned,
+                    self.pruned_batches,
                     self.settings.retention_days,
                 )
 

@@ -214,7 +214,12 @@ def test_prune_deletes_complete_batches_with_their_members(store: Store) -> None
     finish_all(store)
     # Members of a batch are not pruned as jobs: they go with their batch.
     assert store.job_prune(states=["done"], before=BASE + 100, limit=100) == 0
-    assert store.batch_prune(before=BASE + 100, limit=10) == 1
+    failed, _ = make_batch(store, 1, queue="f")
+    (c,) = claim(store, queues=["f"])
+    record(store, c, JobState.FAILED, error="boom")
+    assert store.batch_prune(before=BASE + 100, limit=10) == 1  # not the one with a failure
+    assert store.batch_get(id=failed) is not None
+    assert store.batch_delete(id=failed) == 1
     assert store.batch_get(id=id_) is None
     assert store.batch_members(id=id_, after=0, state=None, limit=10) == []
     assert store.batch_get(id=running) is not None

@@ -372,8 +372,12 @@ UPDATE batches SET completed_at = NULL, cancelled_at = NULL
 WHERE id = (SELECT batch_id FROM jobs WHERE id = %(id)s) AND completed_at IS NOT NULL
 
 -- batch_prunable --
--- Completed batches finished before `before`, oldest first.
-SELECT id FROM batches WHERE completed_at < %(before)s::float8 ORDER BY id LIMIT %(limit)s
+-- Completed batches finished before `before` with no failed member (failed jobs stay until
+-- retried or deleted by hand), oldest first.
+SELECT id FROM batches b
+WHERE b.completed_at < %(before)s::float8
+  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id AND j.state = 'failed')
+ORDER BY b.id LIMIT %(limit)s
 
 -- batch_delete_members --
 -- Deletes one bounded batch of a batch's finished members.
