@@ -114,3 +114,26 @@ def test_a_block_that_raises_leaves_the_batch_open(app: App, tmp_path: Path) -> 
     assert app.batch_info(b.id).state == BatchState.OPEN
     app.enqueue(batches.square.name, {"n": 3})  # outside the block: not a member
     assert app.batch_info(b.id).total == 1
+
+
+def test_prometheus_gauges_count_members_per_batch_name(app: App) -> None:
+    from tests.test_metrics import free_port, key, scrape
+
+    app.pause("held")
+    with app.batch("gauged") as b:
+        app.enqueue_many([(batches.square.name, {"n": i}, {"queue": "held"}) for i in range(3)])
+    port = free_port()
+    with supervising(app, SPEC, workers=1, metrics_port=port):
+        pending = key("procqueue_batch_members", batch="gauged", state="pending")
+
+        def gauge() -> float | None:
+            try:
+                return scrape(port).get(pending)
+            except OSError:  # not serving yet
+                return None
+
+        assert wait_until(gauge, timeout=30, what="the gauge") == 3
+        app.resume("held")
+        app.wait_batch(b.id, timeout=30)
+        m = scrape(port)
+    assert not any(name == "procqueue_batch_members" for name, _ in m)
