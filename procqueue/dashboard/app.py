@@ -6,6 +6,7 @@ Pages (server-rendered, then kept live by polling their JSON twin):
 - ``/running`` ``/pending`` ``/failed`` ``/done`` ``/cancelled``
                              jobs in that state (``?queue=&name=&limit=``)
 - ``/jobs/{id}``             one job's full record
+- ``/batches`` ``/batches/{id}``  batches and one batch (`procqueue.dashboard.batches`)
 
 JSON: ``GET /api/queues``, ``GET /api/jobs?state=&queue=&name=&limit=``,
 ``GET /api/jobs/{id}``. Actions (POST, CSRF token required):
@@ -35,6 +36,7 @@ from starlette.staticfiles import StaticFiles
 
 from procqueue import errors
 from procqueue.app import App
+from procqueue.dashboard import batches as batch_pages
 from procqueue.dashboard import views
 from procqueue.dashboard.security import (
     CSRF_HEADER,
@@ -188,7 +190,7 @@ class Dashboard:
             try:
                 message = await run_in_threadpool(do, request)
                 status, body = 200, {"ok": True, "message": message}
-            except errors.JobNotFound as exc:
+            except (errors.JobNotFound, errors.BatchNotFound) as exc:
                 status, body = 404, {"ok": False, "error": str(exc)}
             except (errors.InvalidState, errors.ConfigError) as exc:
                 status, body = 409, {"ok": False, "error": f"cannot {verb}: {exc}"}
@@ -234,6 +236,7 @@ class Dashboard:
                     ("/api/queues/{name}/resume", "resume", self.resume),
                 )
             ],
+            *batch_pages.BatchPages(self).routes(),  # /batches, /api/batches (issue 15)
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 
