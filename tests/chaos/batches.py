@@ -1,16 +1,19 @@
 """The chaos run's batch (issue 15), enabled by ``--batch-members N``.
 
-The first N jobs of the run's plan are enqueued at its start as one batch,
-in one call, while supervisors are being killed (and, on PostgreSQL, their
-connections cut); its members are ordinary chaos jobs, so every other
-invariant applies to them too. Both handlers are `jobs.batch_done`. After
-the settle, one invariant: the batch completed exactly once, after its last
-member ended, and enqueued exactly one on_complete (and on_success only if
-every member is done), whose argument holds the batch's final counts.
+N more jobs, of the cheap kinds (``short``; ``crash_once``, which dies on
+its first attempt; ``crash``, which dies on every attempt and fails), are
+enqueued at the start of the chaos as one batch, in one call, while
+supervisors are being killed (and, on PostgreSQL, their connections cut).
+They are ordinary chaos jobs with keys, so every other invariant applies to
+them too. Both handlers are `jobs.batch_done`. After the settle, one
+invariant: the batch completed exactly once, after its last member ended,
+and enqueued exactly one on_complete (and on_success only if every member
+is done), whose argument holds the batch's final counts.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +25,7 @@ from tests.chaos import jobs as chaos_jobs
 
 Plan = list[tuple[str, dict[str, Any], dict[str, Any], str]]
 HANDLER = chaos_jobs.batch_done.name
+J = "tests.chaos.jobs."
 
 
 class BatchPart:
@@ -33,13 +37,30 @@ class BatchPart:
         self.say = say
         self.id: int | None = None
 
-    def enqueue(self, plan: Plan, enqueue: Callable[[Plan], None]) -> Plan:
-        """Enqueues the first `members` jobs of `plan` as one batch through
-        `enqueue` (the harness's, which retries through outages; keys make a
-        retry idempotent); returns the rest of the plan."""
+    def plan(self, seed: int) -> Plan:
+        """The members: mostly ``short``, 1 in 25 ``crash_once``, 1 in 100 ``crash``."""
+        rng = random.Random(seed + 15)
+        out: Plan = []
+        for n in range(self.members):
+            r = rng.random()
+            how = rng.choice(["segv", "exit"])
+            if r < 0.01:
+                kind, args = "crash", {"how": how}
+            elif r < 0.05:
+                kind, args = "crash_once", {"how": how}
+            else:
+                kind, args = "short", {"n": n}
+            key = f"chaos:{seed}:batch:{n}"
+            out.append((J + kind, args, {"key": key}, key))
+        return out
+
+    def enqueue(self, seed: int, enqueue: Callable[[Plan], None]) -> None:
+        """Enqueues the members as one batch through `enqueue` (the
+        harness's, which retries through outages; keys make a retry
+        idempotent)."""
         if self.members <= 0:
-            return plan
-        head, rest = plan[: self.members], plan[self.members :]
+            return
+        head = self.plan(seed)
         batch = self._retrying(
             lambda: self.app.batch(
                 "chaos", on_complete=HANDLER, on_success=HANDLER, meta={"members": len(head)}
@@ -54,7 +75,6 @@ class BatchPart:
             pass  # the exit's seal failed in an outage: sealed again below
         self._retrying(batch.seal)  # idempotent
         self.say(f"batch {batch.id}: {len(head)} members enqueued in {time.monotonic() - t0:.1f}s")
-        return rest
 
     @staticmethod
     def _retrying(call: Callable[[], Any]) -> Any:

@@ -549,7 +549,7 @@ class Chaos:
         plan = self.plan()
         self.phase = "chaos"
         self.batch = BatchPart(self.app, cfg.batch_members, self.say)
-        plan = self.batch.enqueue(plan, self.enqueue)
+        self.batch.enqueue(self.seed, self.enqueue)
         self.t_start = time.time()
         t0 = time.monotonic()
         batches = max(1, min(len(plan), int(duration * 0.7 / 1.0)))
@@ -1288,7 +1288,7 @@ def parse_args(argv: list[str] | None) -> Config:
         type=int,
         default=0,
         metavar="N",
-        help="enqueue the first N jobs as one batch with completion handlers (issue 15)",
+        help="also enqueue N cheap jobs as one batch with completion handlers (issue 15)",
     )
     a = p.parse_args(argv)
     if a.restart_server and a.backend != "postgres":
