@@ -49,6 +49,7 @@ class Maintenance:
         swept = self.store.job_sweep_failures(
             now=now, limit=FAILURE_SWEEP_BATCH, handler_job=self.app.failure_handler_job
         )
+        swept += self.store.batch_sweep(now=now, limit=FAILURE_SWEEP_BATCH)
         if not self.pruning and self.store.chore_claim(name="prune", every=PRUNE_EVERY_S, now=now):
             self.pruning = True
             self.pruned = 0

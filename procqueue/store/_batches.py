@@ -228,6 +228,21 @@ class BatchMethods:
             self._delete(id_)
         return len(ids)
 
+    def batch_sweep(self, *, now: float, limit: int) -> int:
+        """Completes, each under its row lock, sealed batches whose members
+        have all ended but that are not complete: a safety net for a path
+        that ends jobs without completing their batch (a bulk action written
+        without it, a hand edit). Returns how many it completed."""
+        with self._db.transaction() as tx:
+            ids = [r["id"] for r in tx.execute("batch_finished_open", {"limit": limit}).fetchall()]
+            completed = 0
+            for id_ in ids:
+                self._locked(tx, id_)
+                completed += self._complete(tx, id_, now)
+        if completed:
+            log.warning("completed %d batches whose last member ended elsewhere", completed)
+        return completed
+
     def batch_member_counts(self) -> list[tuple[str, str, int]]:
         rows = self._db.statement("batch_member_counts", {}, idempotent=True).rows
         return [

@@ -281,6 +281,12 @@ class Store(Protocol):
         members; returns how many batches."""
         ...
 
+    def batch_sweep(self, *, now: float, limit: int) -> int:
+        """Completes up to `limit` sealed batches whose members all ended but
+        that are not complete (a safety net: every path that ends a job
+        completes its batch itself). Returns how many."""
+        ...
+
     def batch_member_counts(self) -> list[tuple[str, str, int]]:
         """``(batch name, state, members)`` over the batches not complete."""
         ...

@@ -261,3 +261,13 @@ def test_racing_recorders_complete_a_batch_exactly_once(store: Store, dsn: str) 
     finally:
         for s in stores:
             s.close()
+
+
+def test_the_sweep_completes_a_batch_a_foreign_path_ended(store: Store, raw: RawDb) -> None:
+    """A bulk update that knows nothing of batches ends the last member: the
+    maintenance sweep completes the batch, once."""
+    id_, (member,) = make_batch(store, 1)
+    raw.execute("UPDATE jobs SET state = 'cancelled', finished_at = ? WHERE id = ?", (BASE, member))
+    assert store.batch_sweep(now=BASE + 1, limit=10) == 1
+    assert store.batch_sweep(now=BASE + 2, limit=10) == 0
+    assert [h.key for h in handlers(store)] == [f"batch:{id_}:1:complete"]

@@ -268,15 +268,18 @@ RETURNING id
 SELECT id, sealed_at, completed_at FROM batches WHERE id = %(id)s FOR UPDATE
 
 -- batch_lock_of_jobs --
--- Locks, in id order, the rows of the batches the given jobs belong to.
-SELECT id FROM batches WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
+-- Locks, in id order, the rows of the batches of the given jobs that are terminal.
+SELECT id FROM batches
+WHERE id IN (SELECT batch_id FROM jobs
+             WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('done', 'failed', 'cancelled'))
 ORDER BY id FOR UPDATE
 
 -- batch_complete_of_jobs --
 -- Completes the sealed batches of the given jobs that have members and no open member
 -- (run after batch_lock_of_jobs); returns the ids completed now.
 UPDATE batches AS b SET completed_at = %(now)s, completions = b.completions + 1
-WHERE b.id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
+WHERE b.id IN (SELECT batch_id FROM jobs
+               WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('done', 'failed', 'cancelled'))
   AND b.sealed_at IS NOT NULL AND b.completed_at IS NULL
   AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
   AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
@@ -397,3 +400,13 @@ SELECT b.name, j.state, count(*) AS n
 FROM batches b JOIN jobs j ON j.batch_id = b.id
 WHERE b.completed_at IS NULL
 GROUP BY b.name, j.state
+
+-- batch_finished_open --
+-- Sealed batches with members, none open, not complete: none, unless a path that ends jobs
+-- did not complete their batch (the maintenance sweep completes them: a safety net).
+SELECT id FROM batches b
+WHERE b.sealed_at IS NOT NULL AND b.completed_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
+  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
+ORDER BY b.id
+LIMIT %(limit)s

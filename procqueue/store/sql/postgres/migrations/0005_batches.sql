@@ -20,3 +20,4 @@ ALTER TABLE jobs ADD COLUMN IF NOT EXISTS batch_id bigint;
 -- Counts per state, members in id order, and "is any member still open?".
 CREATE INDEX IF NOT EXISTS jobs_batch ON jobs (batch_id, state, id) WHERE batch_id IS NOT NULL;
 CREATE INDEX IF NOT EXISTS batches_created ON batches (created_at);
+CREATE INDEX IF NOT EXISTS batches_open ON batches (id) WHERE completed_at IS NULL;
