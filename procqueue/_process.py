@@ -3,6 +3,7 @@ its output relayed to the log, kill escalation, and why it died."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
@@ -25,8 +26,16 @@ def _nonblocking(fd: int) -> None:
     fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
 
 
+STATUS_LOST = -256
+"""`poll()` of a forked child that ended while its fork server's template
+was dead or stuck: its exit status could not be collected (not a signal
+number)."""
+
+
 def exit_reason(returncode: int) -> str:
-    """Human words for a `Popen.returncode`."""
+    """Human words for a `Popen.returncode` (or `STATUS_LOST`)."""
+    if returncode == STATUS_LOST:
+        return "child process ended; its exit status was lost with its fork server"
     if returncode < 0:
         try:
             name = signal.Signals(-returncode).name
@@ -76,50 +85,57 @@ class OutputRelay:
             self.dropped = 0
 
 
-class ChildProcess:
-    """A spawned child and the supervisor's ends of its pipes."""
+class ChildPipes:
+    """The four pipes between the supervisor and one child: the protocol both
+    ways, and the child's stdout and stderr. The supervisor keeps its ends
+    (non-blocking where it reads); the child's ends are passed to the child,
+    then closed here by `close_child_ends`."""
 
-    def __init__(self, *, spec: str, index: int, env: dict[str, str] | None = None) -> None:
-        to_child_r, to_child_w = os.pipe()
-        from_child_r, from_child_w = os.pipe()
-        child_env = dict(os.environ if env is None else env)
-        child_env["PYTHONUNBUFFERED"] = "1"
-        try:
-            self.popen = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "procqueue.child",
-                    spec,
-                    str(index),
-                    str(os.getpid()),
-                    str(to_child_r),
-                    str(from_child_w),
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=(to_child_r, from_child_w),
-                start_new_session=True,  # its own group: a terminal's ^C reaches only us
-                close_fds=True,
-                env=child_env,
-            )
-        finally:
-            os.close(to_child_r)
-            os.close(from_child_w)
+    def __init__(self) -> None:
+        self.to_child_r, self.wfd = os.pipe()
+        self.rfd, self.from_child_w = os.pipe()
+        self.out_fd, self.out_w = os.pipe()
+        self.err_fd, self.err_w = os.pipe()
+
+    def child_ends(self) -> tuple[int, int, int, int]:
+        """(reads frames, writes frames, stdout, stderr): what the child gets."""
+        return (self.to_child_r, self.from_child_w, self.out_w, self.err_w)
+
+    def close_child_ends(self) -> None:
+        """Once the child has them (a second call does nothing)."""
+        for fd in self.child_ends():
+            if fd >= 0:
+                os.close(fd)
+        self.to_child_r = self.from_child_w = self.out_w = self.err_w = -1
+
+    def close_all(self) -> None:
+        """When no child came of them."""
+        self.close_child_ends()
+        for fd in (self.wfd, self.rfd, self.out_fd, self.err_fd):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class ChildBase:
+    """A started child as the supervisor sees it: its pid and the
+    supervisor's ends of its pipes, frames in and out, output relayed to the
+    log, its process tree. Subclasses say how it was started and how it ends
+    (`poll`, `wait`)."""
+
+    def __init__(self, *, index: int, pid: int, pipes: ChildPipes) -> None:
         self.index = index
-        self.pid = self.popen.pid
-        self.wfd = to_child_w
-        self.rfd = from_child_r
-        assert self.popen.stdout is not None and self.popen.stderr is not None
-        self.out_fd = self.popen.stdout.fileno()
-        self.err_fd = self.popen.stderr.fileno()
+        self.pid = pid
+        self.wfd = pipes.wfd
+        self.rfd = pipes.rfd
+        self.out_fd = pipes.out_fd
+        self.err_fd = pipes.err_fd
         for fd in (self.rfd, self.out_fd, self.err_fd):
             _nonblocking(fd)
         self.reader = protocol.FrameReader(to_child=False)
         self.relays = {self.out_fd: OutputRelay("stdout"), self.err_fd: OutputRelay("stderr")}
         self.ready = False
         self.eof = False
+        self.closed = False
 
     def fds(self) -> tuple[int, int, int]:
         return (self.rfd, self.out_fd, self.err_fd)
@@ -180,15 +196,75 @@ class ChildProcess:
         _proctree.signal_tree(self.pid, sig)
 
     def poll(self) -> int | None:
-        return self.popen.poll()
+        """The exit status once the child has ended (`Popen.returncode`
+        convention: negative for a signal), else None. Never blocks."""
+        raise NotImplementedError
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Waits up to `timeout` s (None: for ever) for the child to end; its
+        `poll()` status, or None if it still runs."""
+        raise NotImplementedError
 
     def close(self) -> None:
-        """Closes the supervisor's ends (a still-running child sees EOF and exits)."""
-        for fd in (self.wfd, self.rfd):
-            try:
+        """Closes the supervisor's ends (a still-running child sees EOF and
+        exits). Once: a second close must not hit a reused fd number."""
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self.wfd, self.rfd, self.out_fd, self.err_fd):
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
-        assert self.popen.stdout is not None and self.popen.stderr is not None
-        self.popen.stdout.close()
-        self.popen.stderr.close()
+
+
+def popen_child(
+    args: list[str],
+    *,
+    env: dict[str, str] | None,
+    pass_fds: tuple[int, ...],
+    stdout: int,
+    stderr: int | None,
+) -> subprocess.Popen[bytes]:
+    """``python -m procqueue.child ARGS``, started clean in its own session
+    with only `pass_fds` (and /dev/null, `stdout`, `stderr`) open."""
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONUNBUFFERED"] = "1"
+    return subprocess.Popen(
+        [sys.executable, "-m", "procqueue.child", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        pass_fds=pass_fds,
+        start_new_session=True,  # its own group: a terminal's ^C reaches only us
+        close_fds=True,
+        env=child_env,
+    )
+
+
+class ChildProcess(ChildBase):
+    """A child spawned clean: a fresh interpreter that imports the app."""
+
+    def __init__(self, *, spec: str, index: int, env: dict[str, str] | None = None) -> None:
+        pipes = ChildPipes()
+        to_child_r, from_child_w, out_w, err_w = pipes.child_ends()
+        try:
+            self.popen = popen_child(
+                [spec, str(index), str(os.getpid()), str(to_child_r), str(from_child_w)],
+                env=env,
+                pass_fds=(to_child_r, from_child_w),
+                stdout=out_w,
+                stderr=err_w,
+            )
+        except BaseException:
+            pipes.close_all()
+            raise
+        pipes.close_child_ends()
+        super().__init__(index=index, pid=self.popen.pid, pipes=pipes)
+
+    def poll(self) -> int | None:
+        return self.popen.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        try:
+            return self.popen.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None

@@ -144,7 +144,7 @@ class Attempts:
         else:
             self._run(a)
         if not self.pool.send(index, message):
-            self.pool.kill(index, grace=0)  # gone: its death hands the window back
+            self.pool.kill(index)  # gone: its death hands the window back
 
     def _run(self, a: Attempt) -> None:
         now = self.clock.monotonic()
@@ -173,8 +173,19 @@ class Attempts:
     def message(self, index: int, message: protocol.Message) -> None:
         """Acts on one frame from the child in slot `index`."""
         a = self.running.get(index)
-        if a is None or a.kill is not None or getattr(message, "job_id", None) != a.job.id:
-            return  # no attempt, or its outcome is already decided
+        if a is None or getattr(message, "job_id", None) != a.job.id:
+            return  # no attempt: nothing to act on
+        if a.kill is not None:
+            # A job asked to stop (timeout, cancel) that ended in time: its
+            # outcome is the kill's; its child exits after it.
+            if isinstance(message, (protocol.Done, protocol.Failed)) and a.kill[0] in (
+                "timeout",
+                "cancel",
+            ):
+                outcome = self._killed(a, None)
+                assert outcome is not None  # only a lost lease has none
+                self._end(a, outcome)
+            return
         if isinstance(message, protocol.Progress):
             self._progress(a, message.text, message.fraction)
         elif isinstance(message, protocol.Done):
@@ -204,7 +215,7 @@ class Attempts:
         """The child's pipe can't be read any more: its attempt fails."""
         a = self.running.get(index)
         if a is None:
-            self.pool.kill(index, grace=0)
+            self.pool.kill(index)
         else:
             self.kill(a, "error", words, hard=True)
 
@@ -253,7 +264,7 @@ class Attempts:
         self.record(a, outcome)
         self.pool.job_done(a.child)
         queue = self.waiting.get(a.child)
-        if queue:
+        if queue and not self.pool.stopping(a.child):  # a stopping child runs no more
             self._run(queue.popleft())
 
     def died(self, death: Death) -> None:
@@ -285,20 +296,31 @@ class Attempts:
             )
         if a is None:
             return
-        job, now = a.job, self.clock.now()
-        if kind == "lease":
+        outcome = self._killed(a, death.reason)
+        if outcome is None:
             self._finished(a, None, "lost")
-            return
-        if kind == "cancel":
-            outcome = self._cancelled(a, "cancelled while running")
-        elif kind == "drain" or (kind is None and a.drain_asked):
-            outcome = self._hand_back(a)
         else:
-            error = death.reason if kind is None else f"{words} ({death.reason})"
-            outcome = retry.after_failure(
-                job, error=error, permanent=False, delay=None, now=now, rng=self.rng
-            )
-        self.record(a, outcome)
+            self.record(a, outcome)
+
+    def _killed(self, a: Attempt, died: str | None) -> models.Outcome | None:
+        """The outcome of an attempt the supervisor ended (or whose child
+        died, `died` saying how): None when its lease is lost (nothing may be
+        written)."""
+        kind, words = a.kill or (None, "")
+        if kind == "lease":
+            return None
+        if kind == "cancel":
+            return self._cancelled(a, "cancelled while running")
+        if kind == "drain" or (kind is None and a.drain_asked):
+            return self._hand_back(a)
+        if kind is None:
+            error = died or "the child process ended"
+        else:
+            error = f"{words} ({died})" if died else words
+        now = self.clock.now()
+        return retry.after_failure(
+            a.job, error=error, permanent=False, delay=None, now=now, rng=self.rng
+        )
 
     def _cancelled(self, a: Attempt, error: str) -> models.Outcome:
         return models.Outcome(
@@ -357,7 +379,10 @@ class Attempts:
             self.events.emit(
                 events.Killed(job_id=a.job.id, child=a.child, pid=a.pid, kind=kind, words=words)
             )
-        self.pool.kill(a.child, grace=0.0 if hard else self.settings.kill_grace)
+        if hard:
+            self.pool.kill(a.child)
+        else:
+            self.pool.stop(a.child, a.job.id, grace=self.settings.kill_grace)
 
     def revoke(self, a: Attempt, why: str) -> None:
         """Takes back an attempt waiting in its child's pipe: the child skips it."""
@@ -386,7 +411,7 @@ class Attempts:
         for a in self.running.values():
             if not a.drain_asked and a.kill is None:
                 a.drain_asked = True
-                self.pool.terminate(a.child)
+                self.pool.stop(a.child, a.job.id, grace=None)
 
     def hand_back_all(self) -> None:
         """End of the drain: what still runs is killed and handed back."""

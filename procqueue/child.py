@@ -27,7 +27,7 @@ from typing import Any
 import msgspec
 
 from procqueue import _proctree, errors, protocol, runner
-from procqueue.app import load_app
+from procqueue.app import App, load_app
 
 PROGRESS_EVERY_S = 0.25
 """At most one progress frame per job per this many seconds; the last value
@@ -105,6 +105,11 @@ class Inbox:
         """Job id -> monotonic time its lease (less the margin) runs out, for
         the job running and those waiting in the pipe."""
         self._revoked: set[int] = set()
+        self._pending: set[int] = set()
+        """Jobs received and not started yet."""
+        self.steps: queue.SimpleQueue[protocol.StepSaved | None] = queue.SimpleQueue()
+        """Answers to the running job's Step frames (kept apart from the Run
+        frames of the jobs waiting behind it)."""
         self.error: errors.ProtocolError | None = None
         """Why the pipe stopped being readable, if it was not a clean end."""
         self.frames: queue.SimpleQueue[protocol.Message | None] = queue.SimpleQueue()
@@ -117,6 +122,9 @@ class Inbox:
             if self._current is not None:
                 self._leases.pop(self._current, None)
             self._current = job_id
+            self._pending.discard(job_id or 0)
+            while not self.steps.empty():  # answers meant for an earlier run
+                self.steps.get_nowait()
             if job_id is not None and job_id in self._revoked:
                 self._revoked.discard(job_id)
                 self._leases.pop(job_id, None)
@@ -135,10 +143,12 @@ class Inbox:
                     self._lease(message)
                     if isinstance(message, protocol.Lease):
                         continue
-                elif isinstance(message, protocol.Revoke):
-                    with self._lock:
-                        if message.job_id != self._current:
-                            self._revoked.add(message.job_id)
+                elif isinstance(message, protocol.StepSaved):
+                    if message.job_id == self._current:
+                        self.steps.put(message)
+                    continue  # else the answer to a Step a finished job wrote by hand
+                elif isinstance(message, (protocol.Stop, protocol.Revoke)):
+                    self._stop(message)
                     continue
                 self.frames.put(message)
         except errors.ProtocolError as exc:
@@ -149,10 +159,23 @@ class Inbox:
             why = "its supervisor is gone" if self.error is None else f"a bad frame ({self.error})"
             _end_tree_and_exit(why)
         self.frames.put(None)
+        self.steps.put(None)
+
+    def _stop(self, message: protocol.Stop | protocol.Revoke) -> None:
+        with self._lock:
+            if message.job_id in self._pending:
+                self._revoked.add(message.job_id)
+                return
+            running = message.job_id == self._current
+        if running and isinstance(message, protocol.Stop):
+            # the job's whole tree, this process included: its handler sets cx.cancelled
+            _proctree.signal_tree(os.getpid(), signal.SIGTERM)
 
     def _lease(self, message: protocol.Run | protocol.Lease) -> None:
         seconds = message.lease if isinstance(message, protocol.Run) else message.left
         with self._lock:
+            if isinstance(message, protocol.Run):
+                self._pending.add(message.job_id)
             if isinstance(message, protocol.Lease) and message.job_id not in self._leases:
                 return  # ended meanwhile
             deadline = time.monotonic() + seconds if seconds > 0 else None
@@ -204,9 +227,12 @@ class PipeChannel:
                 f"the limit is {protocol.MAX_REPLY - 1024}"
             )
         self.send(protocol.Step(job_id=self._job_id, name=name, value=value))
-        reply = self._inbox.frames.get()
-        if not isinstance(reply, protocol.StepSaved) or reply.name != name:
-            raise errors.ProtocolError(f"expected StepSaved for {name!r}, got {reply!r}")
+        while True:
+            reply = self._inbox.steps.get()
+            if reply is None:
+                raise errors.ProtocolError(f"the supervisor did not save step {name!r}")
+            if reply.name == name:
+                break
         self._steps[name] = value
 
     def cancelled(self) -> bool:
@@ -252,6 +278,12 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
         hello = protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=str(exc))
         protocol.write_all(wfd, protocol.encode(hello))
         return 1
+    return serve_app(app, spec, index, rfd, wfd)
+
+
+def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
+    """The child's life once `app` is loaded (`serve`, or forked from a fork
+    server's template): hello, then jobs until Shutdown or EOF."""
     protocol.write_all(
         wfd, protocol.encode(protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION))
     )
@@ -275,8 +307,6 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
             raise inbox.error
         if message is None or isinstance(message, protocol.Shutdown):
             return 0
-        if isinstance(message, protocol.StepSaved):
-            continue  # the answer to a Step frame job code wrote by hand: the next job must not pay
         if not isinstance(message, protocol.Run):
             raise errors.ProtocolError(f"unexpected {type(message).__name__} while idle")
         if not inbox.running(message.job_id):
@@ -315,11 +345,29 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--template"]:  # a fork server's template (procqueue._forkserver)
+        from procqueue import _template
+
+        return _template.template_main(argv[1:])
     spec, index, parent, rfd, wfd = argv
     if os.getppid() != int(parent):  # the supervisor died before we started
         return 1
     try:
         return serve(spec, int(index), int(rfd), int(wfd))
+    except (BrokenPipeError, errors.ProtocolError) as exc:
+        print(f"procqueue child: {exc}", file=sys.stderr)
+        return 3
+
+
+def forked_main(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
+    """A child forked from a fork server's template (``procqueue._forkserver``),
+    which loaded `app` and never ran a job: what `main` and `serve` do around
+    `serve_app`, without loading the app again. Returns the exit code."""
+    _set_title(f"procqueue child {index} starting")
+    _raise_oom_score()  # inherited from the template, but not to rely on
+    _proctree.become_subreaper()  # never inherited across fork
+    try:
+        return serve_app(app, spec, index, rfd, wfd)
     except (BrokenPipeError, errors.ProtocolError) as exc:
         print(f"procqueue child: {exc}", file=sys.stderr)
         return 3

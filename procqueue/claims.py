@@ -65,7 +65,10 @@ class Claims:
         if self.stopped:
             return {}
         depth = self.attempts.depth()
-        room = {i: depth - self.attempts.held(i) for i in self.pool.available()}
+        room = {}
+        for i in self.pool.available():
+            left = self.pool.jobs_left(i)  # a child due for recycling holds no more
+            room[i] = (depth if left is None else min(depth, left)) - self.attempts.held(i)
         return {i: n for i, n in room.items() if n > 0}
 
     def due(self) -> bool:

@@ -13,18 +13,23 @@ import selectors
 import signal
 from dataclasses import dataclass
 
-from procqueue import _clock, _process, config, errors, events, protocol
+from procqueue import _clock, _forkserver, _process, config, errors, events, protocol
 
 log = logging.getLogger("procqueue.supervisor")
 
 STARTUP_FAILURES_MAX = 5
 """Children that die before saying hello, in a row, before the supervisor gives up."""
+FORK_TIMEOUT = 2.0
+"""How long a fork from the fork server may take before the pool starts the
+child clean (and drops that template)."""
+FORKSERVER_RETRY_S = 5.0
+"""A new template at most this often after one died or failed."""
 
 
 @dataclass
 class _Slot:
     index: int
-    process: _process.ChildProcess | None = None
+    process: _process.ChildBase | None = None
     jobs_run: int = 0
     retiring: bool = False
     """Told to shut down after its job (recycling): takes no new job."""
@@ -45,11 +50,15 @@ class Death:
     reason: str
     retired: bool
     killed: bool
+    frames: tuple[protocol.Message, ...] = ()
+    """What it wrote before it died and was not read yet: acted on before the death."""
+    problem: str | None = None
 
 
 class Pool:
     """N slots whose children are registered in the supervisor's selector
-    with data ``(index, "proto" | "out" | "err")``."""
+    with data ``(index, "proto" | "out" | "err")``; the fork server's socket
+    with ``(0, "fork")``."""
 
     def __init__(
         self,
@@ -69,16 +78,57 @@ class Pool:
         self._startup_failures = 0
         self.respawn = True
         """Whether a child that exits is replaced (not while stopping)."""
+        self.forkserver: _forkserver.ForkServer | None = None
+        """Children come warm from its template once it loaded the app; clean
+        before that, and while it is down."""
+        self._forkserver_down_at: float | None = None
 
     def start(self) -> None:
+        self._start_forkserver()
         for slot in self._slots:
             self._spawn(slot)
+
+    def _start_forkserver(self) -> None:
+        self.forkserver = _forkserver.ForkServer(self.spec)
+        self.selector.register(self.forkserver.fileno(), selectors.EVENT_READ, (0, "fork"))
+        self._forkserver_down_at = None
+
+    def _drop_forkserver(self) -> None:
+        fs = self.forkserver
+        if fs is None:
+            return
+        self.selector.unregister(fs.fileno())
+        fs.close()
+        self.forkserver = None
+        self._forkserver_down_at = self.clock.monotonic()
+
+    def pump_forkserver(self) -> None:
+        """The fork server's socket is readable: exits to take in, or its end."""
+        fs = self.forkserver
+        if fs is not None:
+            fs.pump()
+            if fs.dead:
+                log.warning("fork server: %s; children start clean for now", fs.error)
+                self._drop_forkserver()
+
+    def _new_child(self, index: int) -> _process.ChildBase:
+        down = self._forkserver_down_at
+        if down is not None and self.clock.monotonic() - down >= FORKSERVER_RETRY_S:
+            self._start_forkserver()
+        fs = self.forkserver
+        if fs is not None and fs.ready():
+            try:
+                return fs.spawn(index, timeout=FORK_TIMEOUT)
+            except _forkserver.ForkServerError as exc:
+                log.warning("%s; starting child %d clean", exc, index)
+                self._drop_forkserver()
+        return _process.ChildProcess(spec=self.spec, index=index)
 
     def _slot(self, index: int) -> _Slot:
         return self._slots[index - 1]
 
     def _spawn(self, slot: _Slot) -> None:
-        child = _process.ChildProcess(spec=self.spec, index=slot.index)
+        child = self._new_child(slot.index)
         slot.process = child
         slot.dead = slot.retiring = slot.killing = False
         slot.jobs_run = 0
@@ -117,6 +167,16 @@ class Pool:
             for s in self._slots
             if s.process is not None and s.process.ready and not (s.dead or s.retiring or s.killing)
         ]
+
+    def jobs_left(self, index: int) -> int | None:
+        """How many more jobs the child may be given before it is recycled
+        (None: no limit); jobs it holds count as given."""
+        limit = self.settings.max_jobs_per_child
+        return None if limit is None else max(0, limit - self._slot(index).jobs_run)
+
+    def stopping(self, index: int) -> bool:
+        """Whether the child was told to stop or killed (it takes no new job)."""
+        return self._slot(index).killing
 
     def any_dead(self) -> bool:
         return any(s.dead for s in self._slots)
@@ -200,29 +260,32 @@ class Pool:
 
     # -- actions ------------------------------------------------------------
 
-    def terminate(self, index: int) -> None:
-        """SIGTERM to the child's process tree, with no escalation (a drain
-        asks first; `kill` ends it later)."""
+    def stop(self, index: int, job_id: int, *, grace: float | None) -> None:
+        """Asks the child to end job `job_id` (a Stop frame: the job's tree
+        gets SIGTERM, the job sees `cx.cancelled`), and SIGKILLs the tree
+        after `grace` seconds unless it ended (None: no escalation; at once
+        when 0). The child takes no new job and is replaced once reaped."""
         slot = self._slot(index)
-        if slot.process is not None:
-            slot.killing = True  # it exits after its job: no new one
-            slot.process.signal_tree(signal.SIGTERM)
-
-    def kill(self, index: int, *, grace: float) -> None:
-        """Ends the child's process tree: SIGTERM now and SIGKILL after
-        `grace` seconds (at once when `grace` is 0). The child takes no new
-        job and is replaced once reaped. Calling again can only shorten it."""
-        slot = self._slot(index)
-        child = slot.process
-        if child is None:
+        if slot.process is None:
             return
         slot.killing = True
-        if grace <= 0:
-            child.signal_tree(signal.SIGKILL)
-            slot.kill_at = None
-        elif slot.kill_at is None:
-            child.signal_tree(signal.SIGTERM)
+        if grace is not None and grace <= 0:
+            self.kill(index)
+            return
+        if not self.send(index, protocol.Stop(job_id=job_id)):
+            self.kill(index)
+            return
+        if grace is not None and slot.kill_at is None:
             slot.kill_at = self.clock.monotonic() + grace
+
+    def kill(self, index: int) -> None:
+        """SIGKILLs the child's whole process tree at once."""
+        slot = self._slot(index)
+        if slot.process is None:
+            return
+        slot.killing = True
+        slot.kill_at = None
+        slot.process.signal_tree(signal.SIGKILL)
 
     def escalate(self, now: float) -> None:
         """SIGKILLs the trees of children whose grace after SIGTERM has passed."""
@@ -274,7 +337,18 @@ class Pool:
                     )
             # What the job started may outlive it: a tree ends with its child.
             child.signal_tree(signal.SIGKILL)
-            deaths.append(Death(slot.index, child.pid, reason, slot.retiring, slot.killing))
+            frames, problem = self.read(slot.index) if child.ready else ([], None)
+            deaths.append(
+                Death(
+                    slot.index,
+                    child.pid,
+                    reason,
+                    slot.retiring,
+                    slot.killing,
+                    tuple(frames),
+                    problem,
+                )
+            )
             self._release(slot, job_of.get(slot.index))
             if self.respawn:
                 self._spawn(slot)
@@ -291,10 +365,8 @@ class Pool:
             child = slot.process
             if child is None:
                 continue
-            try:
-                child.popen.wait(timeout=max(0.0, give_up - self.clock.monotonic()))
-            except Exception:
-                pass
+            child.wait(timeout=max(0.0, give_up - self.clock.monotonic()))
             child.signal_tree(signal.SIGKILL)
-            child.popen.wait()
+            child.wait()
             self._release(slot, None)
+        self._drop_forkserver()

@@ -57,6 +57,14 @@ class Lease(Message):
     left: float
 
 
+class Stop(Message):
+    """End the running job politely: its process tree gets SIGTERM and the job
+    sees `cx.cancelled`; for a job still waiting in the pipe, as Revoke. A
+    job that is no longer running is left alone."""
+
+    job_id: int
+
+
 class Revoke(Message):
     """A job waiting in the child's pipe is taken back: skip it (reply Failed
     with kind "revoked") if it has not started."""
@@ -122,7 +130,7 @@ class Failed(Message):
     fraction: float | None = None
 
 
-ToChild = Run | Lease | Revoke | StepSaved | Shutdown
+ToChild = Run | Lease | Stop | Revoke | StepSaved | Shutdown
 ToSupervisor = Hello | Progress | Step | Done | Failed
 
 _encoder = msgspec.msgpack.Encoder()

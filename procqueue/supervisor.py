@@ -195,6 +195,8 @@ class Supervisor:
         that is due (never waited on here)."""
         self.db.deliver()
         for death in self.pool.reap(self.attempts.job_of()):
+            for message in death.frames:  # a reply may be all that is left of a job
+                self._frame(death.child, message)
             self.attempts.died(death)
         self.pool.escalate(now)
         self.limits.enforce(now, wall=self.clock.now(), margin=self._margin())
@@ -283,20 +285,27 @@ class Supervisor:
             else:  # the store's wake-up socket: drained on the database thread
                 self.selector.unregister(key.fd)
                 self._listen_fd = None
+                self.claims.want = True  # the claim follows the drain on that thread
                 self._listen()
             return
         index, kind = key.data
+        if kind == "fork":
+            self.pool.pump_forkserver()
+            return
         if kind != "proto":
             self.pool.relay(index, key.fd, self.attempts.job_of().get(index))
             return
         messages, problem = self.pool.read(index)
         for message in messages:
-            if isinstance(message, protocol.Step):
-                self.writes.step(index, message)
-            else:
-                self.attempts.message(index, message)
+            self._frame(index, message)
         if problem is not None:
             self.attempts.protocol_error(index, problem)
+
+    def _frame(self, index: int, message: protocol.Message) -> None:
+        if isinstance(message, protocol.Step):
+            self.writes.step(index, message)
+        else:
+            self.attempts.message(index, message)
 
     def _listen(self) -> None:
         """Drains and (re-)opens the store's wake-up descriptor on the database

@@ -6,7 +6,9 @@ each finished job appends one fixed-size record to ``$BENCH_DIR/records.bin``
 with a single ``O_APPEND`` ``write`` (atomic for a record this small), and the
 harness reads that file to learn when jobs started and ended. Times are
 ``time.monotonic()``: one system-wide clock (CLOCK_MONOTONIC) shared by the
-harness, the workers and their children.
+harness, the workers and their children. The CPU-heavy job also records the
+CPU time its own thread spent (``time.thread_time()``), so a run can be
+compared with the work the jobs actually did, not with a nominal duration.
 """
 
 from __future__ import annotations
@@ -15,12 +17,12 @@ import ctypes
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-RECORD = struct.Struct("<8sqqdd")
-"""kind (8 bytes), seq, pid, start, end: 40 bytes."""
+RECORD = struct.Struct("<8sqqddd")
+"""kind (8 bytes), seq, pid, start, end, cpu: 48 bytes."""
 
 RECORD_FILE = "records.bin"
 GATE_FILE = "gate.open"
@@ -35,15 +37,17 @@ class Record:
     pid: int
     start: float
     end: float
+    cpu: float = 0.0
+    """CPU seconds of the job's own thread (cpu jobs), or a count (storm jobs); else 0."""
 
 
 def _bench_dir() -> str:
     return os.environ["BENCH_DIR"]
 
 
-def write_record(kind: str, seq: int, start: float, end: float) -> None:
+def write_record(kind: str, seq: int, start: float, end: float, cpu: float = 0.0) -> None:
     """Appends one record with one write (O_APPEND: concurrent writers never interleave)."""
-    data = RECORD.pack(kind.encode(), seq, os.getpid(), start, end)
+    data = RECORD.pack(kind.encode(), seq, os.getpid(), start, end, cpu)
     fd = os.open(
         os.path.join(_bench_dir(), RECORD_FILE), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644
     )
@@ -64,8 +68,8 @@ def read_records(bench_dir: str | Path, offset: int = 0) -> tuple[list[Record], 
         return [], offset
     usable = len(data) - len(data) % RECORD.size
     records = [
-        Record(kind.rstrip(b"\0").decode(), seq, pid, start, end)
-        for kind, seq, pid, start, end in RECORD.iter_unpack(data[:usable])
+        Record(kind.rstrip(b"\0").decode(), seq, pid, start, end, cpu)
+        for kind, seq, pid, start, end, cpu in RECORD.iter_unpack(data[:usable])
     ]
     return records, offset + usable
 
@@ -101,8 +105,10 @@ def spin(n: int) -> int:
 def cpu(seq: int, n: int) -> None:
     """~50 ms of pure-Python CPU (the harness calibrates `n`)."""
     start = _clock()
+    cpu0 = time.thread_time()
     spin(n)
-    write_record("cpu", seq, start, _clock())
+    cpu_s = time.thread_time() - cpu0
+    write_record("cpu", seq, start, _clock(), cpu_s)
 
 
 def crashy(seq: int, crash: bool) -> None:
@@ -111,6 +117,31 @@ def crashy(seq: int, crash: bool) -> None:
     if crash:
         ctypes.string_at(0)  # SIGSEGV: reads address 0
     write_record("crashy", seq, start, _clock())
+
+
+def sleep(seq: int, seconds: float) -> None:
+    """Sleeps `seconds` (a job that waits, e.g. on I/O: no CPU to compete for)."""
+    start = _clock()
+    time.sleep(seconds)
+    write_record("sleep", seq, start, _clock())
+
+
+def storm(seq: int, seconds: float, progress: Callable[[float], None]) -> None:
+    """Calls `progress(fraction)` in a tight loop for `seconds`.
+
+    Records ``stormin`` when it starts and ``storm`` when it ends, with the
+    number of calls made in the ``cpu`` field.
+    """
+    start = _clock()
+    write_record("stormin", seq, start, start)
+    end = start + seconds
+    calls = 0
+    now = start
+    while now < end:
+        progress(min(1.0, (now - start) / seconds))
+        calls += 1
+        now = _clock()
+    write_record("storm", seq, start, now, float(calls))
 
 
 def calibrate(target_s: float = 0.050, rounds: int = 25) -> int:

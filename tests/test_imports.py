@@ -54,6 +54,8 @@ LAYERS: list[tuple[str, set[str]]] = [
             "app",
             "child",
             "_process",
+            "_forkserver",
+            "_template",
             "pool",
             "demo_jobs",
         },

@@ -92,6 +92,13 @@ def test_child_is_recycled_after_max_jobs_per_child(app: App) -> None:
     assert pids[0] == pids[1] and pids[2] == pids[3] and pids[1] != pids[2]
 
 
+def test_a_fresh_process_per_job_even_when_jobs_are_claimed_ahead(app: App) -> None:
+    with supervising(app, SPEC, workers=2, max_jobs_per_child=1):
+        ids = app.enqueue_many([(JOB + "whoami", {}, None) for _ in range(40)])
+        pids = [finished(app, i).result for i in ids]
+    assert len(set(pids)) == 40  # 40 jobs, 40 processes: none ran two
+
+
 def test_a_job_past_its_max_memory_is_killed(app: App) -> None:
     with supervising(app, SPEC, workers=1):
         info = finished(app, app.enqueue(JOB + "allocate_forever"))

@@ -124,7 +124,10 @@ def test_a_retry_waits_its_backoff_on_the_clock(app: App, clock: FakeClock) -> N
         until(
             sup,
             "attempt 1's failure written",
-            lambda: app.get(job_id).state == JobState.PENDING and app.get(job_id).attempts == 1,
+            lambda: (
+                (app.get(job_id).state, app.get(job_id).attempts) == (JobState.PENDING, 1)
+                and app.get(job_id).run_at.timestamp() > clock.now()
+            ),
         )
         failed_at = clock.now()
         assert app.get(job_id).run_at.timestamp() == pytest.approx(failed_at + 60.0, abs=0.01)

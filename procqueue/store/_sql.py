@@ -157,7 +157,7 @@ class SqlStore(_batches.BatchMethods):
         wanted = None if queues is None else self._db.array(list(queues))
         with self._db.transaction() as tx:
             with tx.pipeline("job_record_and_claim"):
-                recorded = [(id_, tx.execute("job_record", p)) for id_, p in records]
+                recorded = tx.execute_each("job_record", [p for _, p in records])
                 if records:
                     ids_ = self._db.array([id_ for id_, _ in records])
                     completed = _batches.queue_completion(tx, ids_, now)
@@ -166,7 +166,7 @@ class SqlStore(_batches.BatchMethods):
                     found = tx.execute(
                         "job_candidates", {"now": now, "queues": wanted, "limit": overfetch(count)}
                     )
-            gone = {id_ for id_, cursor in recorded if cursor.rowcount == 0}
+            gone = {id_ for (id_, _), row in zip(records, recorded, strict=True) if row is None}
             if records:
                 self._fire(tx, completed, now)
             lost = [o.id for o in outcomes if o.id in gone]

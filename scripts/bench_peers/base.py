@@ -93,6 +93,8 @@ class Adapter:
     packages: ClassVar[tuple[str, ...]] = ()
     """Distributions whose versions are recorded."""
     notes: ClassVar[str] = ""
+    workloads: ClassVar[tuple[str, ...] | None] = None
+    """The shared workloads this system runs; None: all of them."""
 
     # -- lifecycle --------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Huey: ``huey_consumer -w 2 -k process`` on Redis (blocking reads), results off.
+"""Huey on Redis: ``huey_consumer -w 2 -k process`` (blocking reads), results off.
 
 The consumer's health check restarts a dead worker process; its interval is
 set to 1 s (default 10 s) so a segfaulting job costs the least time.
@@ -42,7 +42,7 @@ TASKS: dict[str, Any] = {"noop": noop, "gate": gate, "cpu": cpu, "crashy": crash
 
 @dataclass
 class HueyAdapter(base.Adapter):
-    name: ClassVar[str] = "huey"
+    name: ClassVar[str] = "huey-redis"
     title: ClassVar[str] = "Huey (consumer -w 2 -k process, Redis)"
     store: ClassVar[str] = "redis"
     packages: ClassVar[tuple[str, ...]] = ("huey", "redis")

@@ -1,4 +1,5 @@
-"""pgqueuer: one worker process with at most 2 concurrent tasks.
+"""pgqueuer: one worker process with at most 2 concurrent tasks (its fastest set-up
+here), and, for reference, two such processes.
 
 Started as ``python -m bench_peers.pgqueuer_peer --max-concurrent-tasks 2``,
 which calls the documented entrypoint ``pgqueuer.run(factory,
@@ -10,6 +11,12 @@ pgqueuer entrypoints must be async: the blocking bodies (gate, cpu) run
 through ``asyncio.to_thread`` as its docs advise; the no-op and crashy
 bodies (a few microseconds) are called directly on the event loop, which is
 the fastest way pgqueuer can run them.
+
+``pgqueuer-2p`` runs two of those processes. pgqueuer refuses
+``max_concurrent_tasks`` below twice its batch size (at least 1), so each
+process keeps 2 tasks in flight: 4 slots in all, and 4 gate jobs hold them.
+It runs only the no-op drain and the latency workloads (on 2 cores its 4
+slots would make the CPU-heavy ideal meaningless).
 """
 
 from __future__ import annotations
@@ -77,8 +84,14 @@ class PgqueuerAdapter(base.Adapter):
         "one asyncio process; async entrypoints (gate/cpu via asyncio.to_thread); "
         "batch size 1 (it requires max_concurrent_tasks >= 2 x batch size)"
     )
+    processes: ClassVar[int] = 1
     _conn: Any = None
     _queries: Any = None
+
+    def __post_init__(self) -> None:
+        # each process takes max_concurrent_tasks = 2 x batch size (>= 2) jobs at most
+        self.per_process = max(2, self.slots // self.processes)
+        self.slots = self.per_process * self.processes
 
     def env(self) -> dict[str, str]:
         return dict(super().env(), PGQUEUER_SCHEMA=SCHEMA)
@@ -93,15 +106,16 @@ class PgqueuerAdapter(base.Adapter):
         )
 
     def start(self) -> None:
-        self.spawn(
-            [
-                sys.executable,
-                "-m",
-                "bench_peers.pgqueuer_peer",
-                "--max-concurrent-tasks",
-                str(self.slots),
-            ]
-        )
+        for _ in range(self.processes):
+            self.spawn(
+                [
+                    sys.executable,
+                    "-m",
+                    "bench_peers.pgqueuer_peer",
+                    "--max-concurrent-tasks",
+                    str(self.per_process),
+                ]
+            )
 
     @property
     def queries(self) -> Any:
@@ -131,6 +145,18 @@ class PgqueuerAdapter(base.Adapter):
 
     def teardown(self) -> None:
         base.drop_pg_schema(SCHEMA)
+
+
+@dataclass
+class Pgqueuer2pAdapter(PgqueuerAdapter):
+    name: ClassVar[str] = "pgqueuer-2p"
+    title: ClassVar[str] = "pgqueuer (2 processes, max_concurrent_tasks=2 each, PostgreSQL)"
+    processes: ClassVar[int] = 2
+    workloads: ClassVar[tuple[str, ...] | None] = ("throughput_noop", "latency")
+    notes: ClassVar[str] = (
+        "two asyncio processes of 2 tasks each (pgqueuer's minimum at batch size 1): "
+        "4 slots, held by 4 gate jobs; no-op drain and latency only"
+    )
 
 
 def _main() -> None:

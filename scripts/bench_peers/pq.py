@@ -8,13 +8,13 @@ a retry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import bench_jobs
 
 from bench_peers import base
-from procqueue import App
+from procqueue import App, Context
 
 app = App()
 POLL_S = 0.5
@@ -41,10 +41,22 @@ def crashy(seq: int, crash: bool) -> None:
     bench_jobs.crashy(seq, crash)
 
 
+@app.job(name="bench.sleep", max_attempts=1)
+def sleep(seq: int, seconds: float) -> None:
+    bench_jobs.sleep(seq, seconds)
+
+
+@app.job(name="bench.storm", max_attempts=1)
+def storm(cx: Context, seq: int, seconds: float) -> None:
+    bench_jobs.storm(seq, seconds, lambda fraction: cx.progress(fraction=fraction))
+
+
 @dataclass
 class _Procqueue(base.Adapter):
     packages: ClassVar[tuple[str, ...]] = ("procqueue", "msgspec", "psycopg")
     batch_api: ClassVar[str | None] = "app.enqueue_many"
+    supervise_args: list[str] = field(default_factory=list)
+    """More ``procqueue supervise`` options, e.g. ``["--max-jobs-per-child", "1"]``."""
     _client: App | None = None
 
     @property
@@ -72,6 +84,7 @@ class _Procqueue(base.Adapter):
             "warning",
             "--grace",
             "5",
+            *self.supervise_args,
         ]
         self.spawn(argv)
 

@@ -112,6 +112,7 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
     fraction = coalesce(%(fraction)s::float8, fraction),
     owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+RETURNING id
 
 -- job_set_progress --
 -- Progress of a running attempt (fenced).

@@ -106,6 +106,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
     progress = coalesce(:progress, progress), fraction = coalesce(:fraction, fraction),
     owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE id = :id AND attempts = :attempt AND state = 'running'
+RETURNING id
 
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
