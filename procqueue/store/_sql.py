@@ -167,6 +167,7 @@ class SqlStore(_batches.BatchMethods):
                         "job_candidates", {"now": now, "queues": wanted, "limit": overfetch(count)}
                     )
             gone = {id_ for (id_, _), row in zip(records, recorded, strict=True) if row is None}
+            candidates = found.fetchall() if count > 0 else []  # read before _fire writes
             if records:
                 self._fire(tx, completed, now)
             lost = [o.id for o in outcomes if o.id in gone]
@@ -175,7 +176,7 @@ class SqlStore(_batches.BatchMethods):
             ids = base.choose(
                 (
                     base.Candidate(r["id"], r["queue"], r["serial_key"], r["room"])
-                    for r in found.fetchall()
+                    for r in candidates
                 ),
                 count=count,
             )
