@@ -150,7 +150,13 @@ class Batches:
         arg = params[0] if params else None
         sample = _placeholder(name, now)
         job = registry.prepare(handler_name, {arg: sample} if arg else {}, {}, now=now)
-        return models.BatchCallback(job=msgspec.structs.replace(job, args=b"{}"), arg=arg)
+        # A deadline counts from the completion, not from now.
+        deadline = None if job.deadline_at is None else job.deadline_at - now
+        return models.BatchCallback(
+            job=msgspec.structs.replace(job, args=b"{}", deadline_at=None),
+            arg=arg,
+            deadline=deadline,
+        )
 
     def get(self, id: int) -> models.BatchInfo:
         """The batch's record; BatchNotFound if there is none."""

@@ -192,6 +192,8 @@ class BatchCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
     job: NewJob
     arg: str | None
+    deadline: float | None = None
+    """The handler's deadline in seconds, counted from the completion."""
 
 
 def cap_error(text: str) -> str:

@@ -57,7 +57,7 @@ def queue_completion(tx: _dialect.Tx, ids: object, now: float) -> _dialect.Curso
 
 
 def callback_jobs(
-    row: _rows.Row, json_type: type[str] | type[bytes]
+    row: _rows.Row, json_type: type[str] | type[bytes], now: float
 ) -> tuple[models.BatchInfo, list[models.NewJob]]:
     """The info of the batch just completed in `row` (a ``batch_get`` row)
     and the handler jobs to insert for it: on_complete always, on_success
@@ -83,6 +83,7 @@ def callback_jobs(
                 args=args,
                 key=f"batch:{info.id}:{info.completions}:{kind}",
                 batch_id=None,
+                deadline_at=None if callback.deadline is None else now + callback.deadline,
             )
         )
     return info, jobs
@@ -103,7 +104,7 @@ class BatchMethods:
         fired = 0
         for done in completed.fetchall():
             row = tx.execute("batch_get", {"id": done["id"]}).fetchone()
-            info, jobs = callback_jobs(row, self._json)
+            info, jobs = callback_jobs(row, self._json, now)
             log.info(
                 "batch %s (%s) complete: %s done, %s failed, %s cancelled",
                 info.id,

@@ -271,3 +271,14 @@ def test_the_sweep_completes_a_batch_a_foreign_path_ended(store: Store, raw: Raw
     assert store.batch_sweep(now=BASE + 1, limit=10) == 1
     assert store.batch_sweep(now=BASE + 2, limit=10) == 0
     assert [h.key for h in handlers(store)] == [f"batch:{id_}:1:complete"]
+
+
+def test_a_handlers_deadline_counts_from_the_completion(store: Store) -> None:
+    template = models.NewJob(name=HANDLER, args=b"{}", queue="cb")
+    cb = models.BatchCallback(job=template, arg="info", deadline=30.0)
+    id_ = store.batch_create(name="d", meta=b"{}", on_complete=cb, on_success=None, now=BASE)
+    insert(store, new_job(batch_id=id_))
+    store.batch_seal(id=id_, now=BASE)
+    finish_all(store, now=BASE + 500)
+    (handler,) = handlers(store)
+    assert handler.deadline_at is not None and handler.deadline_at.timestamp() == BASE + 530
