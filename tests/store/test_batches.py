@@ -282,3 +282,18 @@ def test_a_handlers_deadline_counts_from_the_completion(store: Store) -> None:
     finish_all(store, now=BASE + 500)
     (handler,) = handlers(store)
     assert handler.deadline_at is not None and handler.deadline_at.timestamp() == BASE + 530
+
+
+def test_a_batch_row_that_does_not_decode_still_completes(store: Store, raw: RawDb) -> None:
+    """An untrusted row: its record names the bad columns, and its last member
+    still completes it (the handler that cannot be read is logged, not run)."""
+    id_, _ = make_batch(store, 1)
+    raw.execute(
+        "UPDATE batches SET meta = ?, complete_job = ? WHERE id = ?", ('"x"', '{"a": 1}', id_)
+    )
+    info = store.batch_get(id=id_)
+    assert info is not None and info.meta == {} and info.on_complete is None
+    assert "column meta" in (info.undecodable or "") and "column complete_job" in info.undecodable
+    finish_all(store)
+    assert store.batch_get(id=id_).state == BatchState.COMPLETE  # type: ignore[union-attr]
+    assert handlers(store) == []
