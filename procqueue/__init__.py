@@ -9,6 +9,7 @@ from __future__ import annotations
 from procqueue.app import App, load_app
 from procqueue.context import Context
 from procqueue.errors import (
+    BatchNotFound,
     ConfigError,
     EnqueueError,
     InvalidState,
@@ -23,13 +24,25 @@ from procqueue.errors import (
     StoreError,
     StoreRejected,
 )
-from procqueue.models import AttemptInfo, Backoff, JobInfo, JobState, QueueInfo, SupervisorInfo
+from procqueue.models import (
+    AttemptInfo,
+    Backoff,
+    BatchInfo,
+    BatchState,
+    JobInfo,
+    JobState,
+    QueueInfo,
+    SupervisorInfo,
+)
 from procqueue.registry import Job
 
 __all__ = [
     "App",
     "AttemptInfo",
     "Backoff",
+    "BatchInfo",
+    "BatchNotFound",
+    "BatchState",
     "ConfigError",
     "Context",
     "EnqueueError",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
 from procqueue import _clock, cron, errors, models
@@ -25,6 +25,7 @@ from procqueue.codec import Codec, DecHook, EncHook
 from procqueue.registry import Job, Registry
 
 if TYPE_CHECKING:
+    from procqueue.batching import Batch
     from procqueue.client import Client
     from procqueue.store import Store
 
@@ -272,6 +273,68 @@ class App:
         """Cancels every pending or running job matching the filters;
         returns (cancelled now, running ones being stopped)."""
         return self.client.cancel_where(state=state, queue=queue, name=name, since=since)
+
+    # -- batches (see procqueue.batching) ----------------------------------
+
+    def batch(
+        self,
+        name: str = "batch",
+        *,
+        on_complete: Any = None,
+        on_success: Any = None,
+        meta: dict[str, Any] | None = None,
+    ) -> Batch:
+        """Creates an open batch; use it as ``with app.batch(...) as b:``.
+
+        Jobs enqueued through this App inside the block (``job.enqueue``,
+        ``app.enqueue``, ``app.enqueue_many``) join batch ``b.id``; the
+        block's exit seals it. When every member is done, failed or
+        cancelled, `on_complete` is enqueued exactly once, in the
+        transaction that ends the last member, and `on_success` too when
+        all are done; each receives the batch's `BatchInfo`. An empty
+        batch, or one never sealed, never fires.
+
+        Raises EnqueueError or ConfigError, having written nothing, for a
+        handler that can't take a `BatchInfo` or `meta` that can't be encoded.
+        """
+        return self.client.batches.open(
+            name=name, on_complete=on_complete, on_success=on_success, meta=meta
+        )
+
+    def batch_info(self, id: int) -> models.BatchInfo:
+        """The batch's counts by state, fraction ended, times; BatchNotFound if none."""
+        return self.client.batches.get(id)
+
+    def wait_batch(self, id: int, timeout: float | None = None) -> models.BatchInfo:
+        """Blocks until the batch is complete; TimeoutError after `timeout` s."""
+        return self.client.batches.wait(id, timeout)
+
+    def batch_results(
+        self, id: int, *, state: str | None = None, page: int = 500
+    ) -> Iterator[models.JobInfo]:
+        """The batch's members with their results, in id order, read in pages."""
+        return self.client.batches.results(id, state=state, page=page)
+
+    def batches(
+        self, *, name: str | None = None, state: str | None = None, limit: int = 50
+    ) -> list[models.BatchInfo]:
+        """Batches (state: open, running or complete), newest first."""
+        return self.client.batches.recent(name=name, state=state, limit=limit)
+
+    def cancel_batch(self, id: int) -> int:
+        """Cancels the batch's members (running ones killed, as `cancel`) and
+        seals it; `on_complete` fires once they have all ended."""
+        return self.client.batches.cancel(id)
+
+    def retry_batch(self, id: int) -> int:
+        """Runs the batch's failed members again; returns how many. A complete
+        batch reopens and fires its handlers again when they end."""
+        return self.client.batches.retry(id)
+
+    def prune_batches(self, id: int | None = None, *, older_than: float | None = None) -> int:
+        """Deletes batch `id` (complete), or the batches complete for over
+        `older_than` seconds, with their members; returns how many batches."""
+        return self.client.batches.prune(id, older_than=older_than)
 
 
 def load_app(spec: str) -> App:

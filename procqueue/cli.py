@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from procqueue import _format, configfile, errors, models
+from procqueue import _batch_commands, _format, configfile, errors, models
 from procqueue._commands import (
     LoadError,
     UsageError,
@@ -172,6 +172,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     p.add_argument("--port", type=_format.port, default=8040, metavar="P", help="(8040)")
     p.add_argument("--token", metavar="T", help="access token (default $PROCQUEUE_DASHBOARD_TOKEN)")
+
+    _batch_commands.add_parsers(command, common)  # batches, batch show|cancel|retry|prune
 
     command("migrate", "create or upgrade the schema", cmd_migrate)
     return parser

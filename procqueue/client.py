@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import _clock, errors, models
+from procqueue import _clock, batching, errors, models
 from procqueue import store as store_mod
 from procqueue.registry import Registry
 
@@ -48,6 +48,8 @@ class Client:
         self._store: store_mod.Store | None = None
         self._lock = threading.Lock()
         self._wake_hooks: tuple[Callable[[], None], ...] = ()
+        self.batches = batching.Batches(self)
+        """Batch calls; enqueues inside ``with client.batches.open(...)`` join it."""
 
     @property
     def store(self) -> store_mod.Store:
@@ -104,7 +106,7 @@ class Client:
         not fit the registered job.
         """
         prepared = self.registry.prepare(name, args, options, now=self.clock.now())
-        return self._insert([prepared], connection)[0]
+        return self._insert(self.batches.join([prepared]), connection)[0]
 
     def enqueue_many(
         self,
@@ -116,7 +118,7 @@ class Client:
         now = self.clock.now()
         prepare = self.registry.prepare
         jobs = [prepare(name, args, opts or {}, now=now) for name, args, opts in items]
-        return self._insert(jobs, connection) if jobs else []
+        return self._insert(self.batches.join(jobs), connection) if jobs else []
 
     def _insert(self, jobs: Sequence[models.NewJob], connection: object | None) -> list[int]:
         ids = self.store.job_insert_many(jobs=jobs, now=self.clock.now(), connection=connection)

@@ -1,10 +1,10 @@
 """`procqueue demo`: crash isolation, live.
 
-Enqueues a batch of Mandelbrot tiles (`procqueue.demo_jobs`; a few of them
-segfault, hang past their timeout, exit or raise) into a fresh SQLite file,
-runs a supervisor over it in a background thread, draws each child and the
-overall progress in the terminal, and ends with the picture the tiles
-computed and a summary table.
+Enqueues Mandelbrot tiles (`procqueue.demo_jobs`; a few of them segfault,
+hang past their timeout, exit or raise) as one batch into a fresh SQLite
+file, runs a supervisor over it in a background thread, draws each child and
+the overall progress in the terminal, and ends with the picture the batch's
+completion handler assembled from the tiles and a summary table.
 
 Run it as ``procqueue demo`` or ``python -m procqueue.demo``.
 """
@@ -32,6 +32,7 @@ from procqueue.app import App
 from procqueue.supervisor import Supervisor
 
 SPEC = "procqueue.demo_jobs"
+ASSEMBLE_QUEUE = demo_jobs.assemble.options.queue
 DEFAULT_JOBS = 300
 DEFAULT_DB = "procqueue-demo.db"
 _FRAME_S = 0.1
@@ -200,9 +201,11 @@ class Watcher:
 
 
 def totals(app: App) -> collections.Counter[str]:
-    """Jobs per state, summed over queues."""
+    """Tiles per state (the handler runs in a queue of its own)."""
     t: collections.Counter[str] = collections.Counter()
     for q in app.stats().values():
+        if q.name == ASSEMBLE_QUEUE:
+            continue
         t.update(done=q.done, failed=q.failed, cancelled=q.cancelled)
         t.update(pending=q.pending, running=q.running)
     return t
@@ -330,7 +333,8 @@ def _run(args: argparse.Namespace) -> int:
     style = Style(sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     path = Path(args.db).resolve()
     _fresh_db(path)
-    app = demo_jobs.app.using(f"sqlite:///{path}")
+    dsn = f"sqlite:///{path}"
+    app = demo_jobs.app.using(dsn)
     batch = demo_jobs.plan(args.jobs)
     kinds = collections.Counter(short(name) for name, _, _ in batch)
     print(style(f"procqueue demo: {args.jobs} Mandelbrot tiles, {args.workers} children", BOLD))
@@ -339,7 +343,9 @@ def _run(args: argparse.Namespace) -> int:
         if kinds[kind] and kind != "mandelbrot_tile":
             print(f"  {kinds[kind]:3} of {args.jobs} tiles: {words}")
     print()
-    app.enqueue_many(batch)
+    meta = {"dsn": dsn, "tiles": args.jobs}
+    with app.batch("mandelbrot", on_complete=demo_jobs.assemble, meta=meta) as tiles:
+        app.enqueue_many(batch)  # one transaction; the block's exit seals the batch
     settings = config.Settings(workers=args.workers, poll=0.05, lease=10, grace=5, kill_grace=0.5)
     logger, quiet = logging.getLogger("procqueue"), logging.NullHandler()
     logger.addHandler(quiet)
@@ -348,15 +354,26 @@ def _run(args: argparse.Namespace) -> int:
         sup = Supervisor(app, spec=SPEC, settings=settings)
         watcher = Watcher(style, args.workers)
         sup.events.subscribe(watcher)
-        return _watch(app, sup, watcher, args)
+        return _watch(app, sup, watcher, args, tiles.id)
     finally:
         logger.removeHandler(quiet)
         logger.propagate = True
         app.close()
 
 
-def _watch(app: App, sup: Supervisor, watcher: Watcher, args: argparse.Namespace) -> int:
-    """Runs `sup` in a thread and draws until every job is final, then summarizes."""
+def _assembled(app: App, batch_id: int) -> models.JobInfo | None:
+    """The batch's handler job once the batch is complete and it has ended."""
+    if app.batch_info(batch_id).state != models.BatchState.COMPLETE:
+        return None
+    jobs = app.jobs(name=demo_jobs.assemble.name, limit=1)
+    return jobs[0] if jobs and jobs[0].state in models.TERMINAL_STATES else None
+
+
+def _watch(
+    app: App, sup: Supervisor, watcher: Watcher, args: argparse.Namespace, batch_id: int
+) -> int:
+    """Runs `sup` in a thread and draws until every tile is final and the
+    batch's handler has assembled the picture, then summarizes."""
     crashed: list[BaseException] = []
 
     def supervise() -> None:
@@ -373,7 +390,7 @@ def _watch(app: App, sup: Supervisor, watcher: Watcher, args: argparse.Namespace
         thread.start()
         while not crashed:
             t = totals(app)
-            if t["pending"] + t["running"] == 0:
+            if t["pending"] + t["running"] == 0 and _assembled(app, batch_id):
                 break
             view.tick(t)
             time.sleep(_FRAME_S)
@@ -400,7 +417,7 @@ def _watch(app: App, sup: Supervisor, watcher: Watcher, args: argparse.Namespace
     if interrupted:
         print("interrupted: the supervisor stopped cleanly; unfinished jobs stay in the database")
         return 130
-    summary(app, args, wall, watcher.retries, watcher.deaths, watcher.style)
+    summary(app, args, wall, watcher.retries, watcher.deaths, watcher.style, batch_id)
     return 0
 
 
@@ -408,16 +425,22 @@ def _watch(app: App, sup: Supervisor, watcher: Watcher, args: argparse.Namespace
 
 
 def summary(
-    app: App, args: argparse.Namespace, wall: float, retries: int, deaths: int, s: Style
+    app: App,
+    args: argparse.Namespace,
+    wall: float,
+    retries: int,
+    deaths: int,
+    s: Style,
+    batch_id: int,
 ) -> None:
     """Prints the picture, the table of outcomes and what the run showed."""
-    done = app.jobs(state="done", limit=args.jobs)
-    failed = app.jobs(state="failed", limit=args.jobs)
+    done = list(app.batch_results(batch_id, state="done"))
+    failed = list(app.batch_results(batch_id, state="failed"))
     retried = sum(1 for j in done if j.attempts > 1)
     causes = collections.Counter(demo_jobs.cause(j.error) for j in failed)
     order = ["segfault", "timeout", "exit code", "killed", "exception"]
     breakdown = ", ".join(f"{causes[c]} {c}" for c in order if causes[c])
-    print(mosaic(done, failed, s), end="\n\n")
+    print(mosaic(_assembled(app, batch_id), s), end="\n\n")
     rows = [
         ("done", s(str(len(done)), GREEN, BOLD), f"{len(done) / args.jobs:.0%} of {args.jobs}"),
         ("retried", s(str(retried), YELLOW, BOLD), f"done after a retry ({retries} retries)"),
@@ -434,17 +457,18 @@ def summary(
     print(s(f"{deaths} children crashed and were replaced; the supervisor never stopped.", BOLD))
 
 
-def mosaic(done: list[models.JobInfo], failed: list[models.JobInfo], s: Style) -> str:
-    """The picture the tiles computed, one character a tile; ✖ for failed tiles."""
-
-    def paint(char: str, job: models.JobInfo) -> str:
-        if job.state == models.JobState.FAILED:
-            return s(char, RED, BOLD)
-        return s(char, YELLOW if job.attempts > 1 else CYAN)
-
-    lines = [f"  {line}" for line in demo_jobs.picture([*done, *failed], paint)]
-    legend = "✖ failed, yellow: done after a retry" if s.enabled else "✖ failed"
-    return "\n".join([*lines, s(f"  the image the tiles computed ({legend})", DIM)])
+def mosaic(handler: models.JobInfo | None, s: Style) -> str:
+    """The picture the batch's handler assembled, one character a tile; ✖ for failed tiles."""
+    result = handler.result if handler is not None else None
+    if not isinstance(result, dict) or not isinstance(result.get("picture"), list):
+        error = handler.error if handler is not None else "it did not run"
+        return s(f"  the batch's handler assembled no picture: {error}", RED)
+    lines = [
+        "  " + "".join(s(c, RED, BOLD) if c == "✖" else s(c, CYAN) for c in str(line))
+        for line in result["picture"]
+    ]
+    caption = "the image the batch's on_complete handler assembled from the tiles (✖ failed)"
+    return "\n".join([*lines, s(f"  {caption}", DIM)])
 
 
 if __name__ == "__main__":

@@ -12,6 +12,10 @@ of a run is reproducible:
 - ``runaway_tile`` hangs past its 1 s timeout and is killed, twice;
 - ``exit_tile`` calls ``os._exit(3)`` as a misbehaving C library might.
 
+The tiles are enqueued as one batch (issue 15) whose completion handler,
+``assemble``, runs once every tile has ended, reads their results and
+assembles the picture the demo prints.
+
 The supervisor's children import this module (``procqueue.demo_jobs``); it
 opens no database: `procqueue.demo` runs `app.using(...)` on its SQLite file.
 """
@@ -25,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from procqueue import App, Backoff, Context, JobInfo
+from procqueue import App, Backoff, BatchInfo, Context, JobInfo
 
 app = App()
 
@@ -117,6 +121,19 @@ def exit_tile(cx: Context, col: int, row: int, cols: int, rows: int) -> float:
     """Calls ``os._exit(3)`` partway through, as a C library calling exit() would."""
     _render(cx, col, row, cols, rows, SIZE // 3)
     os._exit(3)
+
+
+@app.job(queue="assemble", max_attempts=3, backoff=_QUICK)
+def assemble(info: BatchInfo) -> dict[str, Any]:
+    """The tiles' batch handler (on_complete): runs once, when every tile has
+    ended, and assembles the picture from their results (read in pages from
+    the database named in the batch's meta; a job opens its own connection)."""
+    source = app.using(info.meta["dsn"])
+    try:
+        lines = picture(source.batch_results(info.id), lambda char, job: char)
+    finally:
+        source.close()
+    return {"picture": lines, "tiles": info.total, "done": info.done, "failed": info.failed}
 
 
 KINDS: dict[str, str] = {

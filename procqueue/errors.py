@@ -7,6 +7,7 @@ A class's docstring is its default message. The tree::
     ├── EnqueueError         bad input at enqueue: nothing was written
     ├── JobNotFound          no job with that id
     ├── QueueNotFound        no queue of that name (no jobs, no settings, no supervisor)
+    ├── BatchNotFound        no batch with that id
     ├── InvalidState         the job is not in a state the operation accepts
     ├── StoreError           the database failed or refused
     │   ├── StoreRejected    the database refused a value (retrying won't help)
@@ -41,6 +42,10 @@ class JobNotFound(ProcqueueError):
 
 class QueueNotFound(ProcqueueError):
     """No such queue: it has no jobs, no settings and no supervisor claims from it by name."""
+
+
+class BatchNotFound(ProcqueueError):
+    """No such batch."""
 
 
 class InvalidState(ProcqueueError):

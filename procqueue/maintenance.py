@@ -40,6 +40,7 @@ class Maintenance:
         self.cron_after: dict[tuple[str, str], float] = {}
         self.pruning = False
         self.pruned = 0
+        self.pruned_batches = 0
 
     def step(self, now: float) -> bool:
         """One pass of every chore (on the database thread; StoreError
@@ -54,6 +55,7 @@ class Maintenance:
         swept = self.store.job_sweep_failures(
             now=now, limit=FAILURE_SWEEP_BATCH, handler_job=self.app.failure_handler_job
         )
+        swept += self.store.batch_sweep(now=now, limit=FAILURE_SWEEP_BATCH)
         keep_forever = self.settings.retention_days == 0
         if (
             not self.pruning
@@ -62,6 +64,7 @@ class Maintenance:
         ):
             self.pruning = True
             self.pruned = 0
+            self.pruned_batches = 0
         return woke or bool(swept)
 
     def _rescue_orphans(self, now: float) -> None:
@@ -84,12 +87,18 @@ class Maintenance:
         before = now - self.settings.retention_days * 86400
         n = self.store.job_prune(states=("done", "cancelled"), before=before, limit=PRUNE_BATCH)
         self.pruned += n
-        if n < PRUNE_BATCH:
+        # Members of batches are not pruned as jobs (a batch's counts must not
+        # change under it): a batch complete for the retention period goes
+        # with its members, one batch per pass (in bounded statements).
+        if n < PRUNE_BATCH and self.store.batch_prune(before=before, limit=1):
+            self.pruned_batches += 1
+        elif n < PRUNE_BATCH:
             self.pruning = False
-            if self.pruned:
+            if self.pruned or self.pruned_batches:
                 log.info(
-                    "pruned %d finished jobs older than %g days",
+                    "pruned %d finished jobs and %d batches older than %g days",
                     self.pruned,
+                    self.pruned_batches,
                     self.settings.retention_days,
                 )
 

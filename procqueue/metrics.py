@@ -6,11 +6,18 @@ Always collected (a few label lookups per job); served over HTTP only when
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-from procqueue import events
+from procqueue import errors, events
+from procqueue.store.base import Store
+
+log = logging.getLogger("procqueue.supervisor")
 
 _SECONDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 60, 300, 1800, 3600)
 
@@ -91,6 +98,35 @@ class Metrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
+    def watch_batches(self, store: Store) -> None:
+        """Adds the batch gauges, read from `store` at each scrape (issue 15)."""
+        self.registry.register(BatchCollector(store))
+
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Serves /metrics on `host:port` from a daemon thread."""
         start_http_server(port, addr=host, registry=self.registry)
+
+
+class BatchCollector(Collector):
+    """``procqueue_batch_members{batch, state}``: the members of batches not
+    yet complete, per batch name and state. Read at scrape time, on the
+    metrics server's thread, never on the supervision loop's; a scrape while
+    the database is away reports nothing rather than failing."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "procqueue_batch_members",
+            "Members of batches not yet complete, by batch name and state",
+            labels=["batch", "state"],
+        )
+        try:
+            counts = self.store.batch_member_counts()
+        except errors.StoreError as exc:
+            log.debug("batch gauges not read: %s", exc)
+            counts = []
+        for name, state, n in counts:
+            family.add_metric([name, state], n)
+        yield family

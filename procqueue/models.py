@@ -116,6 +116,8 @@ class NewJob(msgspec.Struct, frozen=True):
     serial_key: str | None = None
     tags: list[str] = []
     on_failure: str | None = None
+    batch_id: int | None = None
+    """The batch the job joins (an open batch; see `BatchInfo`)."""
 
 
 class ClaimedJob(msgspec.Struct, frozen=True):
@@ -218,6 +220,62 @@ class QueueInfo(msgspec.Struct, frozen=True):
     limit_by: str | None = None
     """Who set the limit (``operator``, or ``supervise on HOST:PID``)."""
     limit_at: dt.datetime | None = None
+
+
+class BatchState(enum.StrEnum):
+    OPEN = "open"
+    """Not sealed yet: members may still join; it cannot complete."""
+    RUNNING = "running"
+    """Sealed, with members not yet done, failed or cancelled."""
+    COMPLETE = "complete"
+    """Sealed, every member terminal; its callbacks were enqueued."""
+
+
+class BatchInfo(msgspec.Struct, frozen=True):
+    """One batch and the states of its members (what `on_complete` and
+    `on_success` handlers receive). Times are UTC."""
+
+    id: int
+    name: str
+    state: BatchState
+    meta: dict[str, Any]
+    total: int
+    pending: int
+    running: int
+    done: int
+    failed: int
+    cancelled: int
+    fraction: float
+    """Members terminal (done, failed or cancelled) over `total`; 0.0 when empty."""
+    created_at: dt.datetime
+    sealed_at: dt.datetime | None
+    started_at: dt.datetime | None
+    """When its earliest member still on record started its latest attempt."""
+    finished_at: dt.datetime | None
+    """When it last completed (None while open or running)."""
+    cancelled_at: dt.datetime | None
+    completions: int
+    """How many times it completed: a retry of its members reopens it."""
+    on_complete: str | None
+    on_success: str | None
+    undecodable: str | None = None
+    """As `JobInfo.undecodable`, for the batch's own row."""
+
+    @property
+    def succeeded(self) -> bool:
+        """Complete with every member done."""
+        return self.state == BatchState.COMPLETE and self.done == self.total
+
+
+class BatchCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """A batch's handler job, checked against the registry when the batch was
+    created. The store inserts `job` when the batch completes, with the
+    batch's `BatchInfo` as the argument named `arg` (no argument if None)."""
+
+    job: NewJob
+    arg: str | None
+    deadline: float | None = None
+    """The handler's deadline in seconds, counted from the completion."""
 
 
 def cap_error(text: str) -> str:

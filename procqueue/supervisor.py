@@ -178,6 +178,7 @@ class Supervisor:
         self._listen()
         self.pool.start()
         if self.settings.metrics_port is not None:
+            self.metrics.watch_batches(self.store)  # issue 15: gauges per batch name
             self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
         now = self.clock.monotonic()
         self._timers = {"maintain": now}

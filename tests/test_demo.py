@@ -80,10 +80,19 @@ def test_demo_runs_every_job_to_a_final_state_and_reports_it(tmp_path: Path) -> 
 
     app = App(f"sqlite:///{tmp_path / 'demo.db'}")
     try:
-        jobs = app.jobs(limit=10 * n)
+        every = app.jobs(limit=10 * n)
+        (batch,) = app.batches()
     finally:
         app.close()
+    # The tiles are one batch; its on_complete handler assembled the picture, once.
+    (handler,) = [j for j in every if j.queue == "assemble"]
+    jobs = [j for j in every if j.queue != "assemble"]
     assert len(jobs) == n
+    assert (batch.state, batch.total, batch.completions) == ("complete", n, 1)
+    assert handler.state == "done" and handler.result["tiles"] == n
+    assert "the image the batch's on_complete handler assembled" in text
+    for line in handler.result["picture"]:
+        assert line in text
     assert all(job.state in models.TERMINAL_STATES for job in jobs)
     done = [j for j in jobs if j.state == "done"]
     failed = [j for j in jobs if j.state == "failed"]

@@ -64,7 +64,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "demo_jobs",
         },
     ),
-    ("client", {"client"}),
+    ("client", {"client", "batching"}),
     (
         "supervision",
         {
@@ -86,6 +86,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "cli",
             "_commands",
             "_ops_commands",
+            "_batch_commands",
             "_format",
             "__main__",
             "testing",

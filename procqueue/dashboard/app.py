@@ -7,6 +7,8 @@ Pages (server-rendered, then kept live by polling their JSON twin):
                              jobs in that state (``?queue=&name=&limit=``)
 - ``/jobs/{id}``             one job's full record, with every attempt's history
 - ``/supervisors``           live supervisors: host, pid, queues, busy, last seen
+- ``/jobs/{id}``             one job's full record
+- ``/batches`` ``/batches/{id}``  batches and one batch (`procqueue.dashboard.batches`)
 
 JSON: ``GET /api/queues``, ``GET /api/jobs?state=&queue=&name=&limit=``,
 ``GET /api/jobs/{id}``, ``GET /api/supervisors``. Actions (POST, CSRF token
@@ -37,6 +39,7 @@ from starlette.staticfiles import StaticFiles
 
 from procqueue import errors
 from procqueue.app import App
+from procqueue.dashboard import batches as batch_pages
 from procqueue.dashboard import views
 from procqueue.dashboard.security import (
     CSRF_HEADER,
@@ -220,7 +223,7 @@ class Dashboard:
             try:
                 message = await run_in_threadpool(do, request)
                 status, body = 200, {"ok": True, "message": message}
-            except (errors.JobNotFound, errors.QueueNotFound) as exc:
+            except (errors.JobNotFound, errors.QueueNotFound, errors.BatchNotFound) as exc:
                 status, body = 404, {"ok": False, "error": str(exc)}
             except (errors.InvalidState, errors.ConfigError) as exc:
                 status, body = 409, {"ok": False, "error": f"cannot {verb}: {exc}"}
@@ -286,6 +289,7 @@ class Dashboard:
                     ("/api/bulk/cancel", "cancel the matching jobs", self.bulk_cancel),
                 )
             ],
+            *batch_pages.BatchPages(self).routes(),  # /batches, /api/batches (issue 15)
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 

@@ -16,7 +16,7 @@ from typing import Any
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _dialect, _queries, _rows, _sql_ops, base
+from procqueue.store import _batches, _dialect, _queries, _rows, _sql_ops, base
 
 log = logging.getLogger("procqueue.store")
 
@@ -36,10 +36,11 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
     return errors.InvalidState(f"job {id} is {row['state']}; {rule}")
 
 
-class SqlStore(_sql_ops.OpsStore):
+class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
     """A `base.Store` over one `Dialect`. Safe to share between threads when
     the dialect is (both are). The operators' side (attempt history,
-    supervisors, managed limits, bulk actions) is in `_sql_ops.OpsStore`."""
+    supervisors, managed limits, bulk actions) is in `_sql_ops.OpsStore`;
+    batches are in `_batches.BatchMethods`."""
 
     def __init__(self, dialect: _dialect.Dialect) -> None:
         self._db = dialect
@@ -88,7 +89,10 @@ class SqlStore(_sql_ops.OpsStore):
     @staticmethod
     def _insert(tx: _dialect.Tx, jobs: Sequence[models.NewJob], now: float) -> list[int]:
         """Inserts `jobs` (a job whose key exists gives that job's id) and
-        wakes supervisors on commit if any was new."""
+        wakes supervisors on commit if any was new. Jobs joining a batch
+        lock it first and are refused unless it is still open."""
+        if any(job.batch_id is not None for job in jobs):
+            _batches.check_open(tx, jobs)
         rows = tx.execute_each("job_insert", [_rows.insert_params(job, now) for job in jobs])
         ids: list[int] = [
             tx.execute("job_id_by_key", {"key": job.key}).fetchone()["id"]
@@ -151,7 +155,8 @@ class SqlStore(_sql_ops.OpsStore):
         counts that limits and serial keys are checked against cannot change
         under it. Outcomes are written in id order, so that two transactions
         touching the same rows cannot deadlock. A taken job whose row does
-        not decode is failed in the same transaction and not returned."""
+        not decode is failed in the same transaction and not returned. A
+        batch whose last member this ends completes here too (`_batches`)."""
         if not outcomes and count <= 0:
             return base.Cycle(lost=[], claimed=[])
         # In id order; a refused value raises here, before any SQL runs.
@@ -166,19 +171,25 @@ class SqlStore(_sql_ops.OpsStore):
                 if histories:  # before the updates, while their fences still hold
                     tx.execute_each("attempt_record", histories)
                 recorded = tx.execute_each("job_record", [p for _, p, _ in records])
+                if records:
+                    ids_ = self._db.array([id_ for id_, _, _ in records])
+                    completed = _batches.queue_completion(tx, ids_, now)
                 if count > 0:
                     tx.lock("claim")
                     found = tx.execute(
                         "job_candidates", {"now": now, "queues": wanted, "limit": overfetch(count)}
                     )
             gone = {id_ for (id_, _, _), row in zip(records, recorded, strict=True) if row is None}
+            candidates = found.fetchall() if count > 0 else []  # read before _fire writes
+            if records:
+                self._fire(tx, completed, now)
             lost = [o.id for o in outcomes if o.id in gone]
             if count <= 0:
                 return base.Cycle(lost=lost, claimed=[])
             ids = base.choose(
                 (
                     base.Candidate(r["id"], r["queue"], r["serial_key"], r["room"])
-                    for r in found.fetchall()
+                    for r in candidates
                 ),
                 count=count,
             )
@@ -194,6 +205,9 @@ class SqlStore(_sql_ops.OpsStore):
                 },
             ).fetchall()
             claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
+            if len(claimed) < len(taken):  # some failed undecodable: their batches may be done
+                held = {job.id for job in claimed}
+                self._complete_of_jobs(tx, [r["id"] for r in taken if r["id"] not in held], now)
         order = {id_: i for i, id_ in enumerate(ids)}
         claimed.sort(key=lambda c: order[c.id])
         return base.Cycle(lost=lost, claimed=claimed)
@@ -241,6 +255,7 @@ class SqlStore(_sql_ops.OpsStore):
         at once rather than at its next check."""
         with self._db.transaction() as tx:
             if tx.execute("job_cancel_pending", {"id": id, "now": now}).rowcount:
+                self._complete_of_jobs(tx, [id], now)
                 return models.JobState.CANCELLED
             if tx.execute("job_cancel_running", {"id": id}).rowcount:
                 tx.notify()
@@ -251,6 +266,7 @@ class SqlStore(_sql_ops.OpsStore):
     def job_retry(self, *, id: int, now: float) -> None:
         with self._db.transaction() as tx:
             if tx.execute("job_retry", {"id": id, "now": now}).rowcount:
+                tx.execute("batch_reopen_of_job", {"id": id})
                 tx.notify()
                 return
             row = tx.execute("job_state", {"id": id}).fetchone()
@@ -258,11 +274,14 @@ class SqlStore(_sql_ops.OpsStore):
 
     def job_rescue_expired(self, *, now: float) -> int:
         """Writes a ``lost`` history row for each rescued attempt first, under
-        the claim lock, so that racing rescuers never both write one."""
+        the claim lock, so that racing rescuers never both write one; completes
+        the batches it finished in the same transaction."""
         with self._db.transaction() as tx:
             tx.lock("claim")
             tx.execute("attempt_record_lost", {"now": now})
-            return int(tx.execute("job_rescue_expired", {"now": now}).rowcount)
+            ids = [r["id"] for r in tx.execute("job_rescue_expired", {"now": now}).fetchall()]
+            self._complete_of_jobs(tx, ids, now)
+        return len(ids)
 
     def job_owners_running(self, *, host: str) -> list[str]:
         params = {"prefix": f"{host}:"}
@@ -274,7 +293,15 @@ class SqlStore(_sql_ops.OpsStore):
         return self._db.statement("job_expire_owner", params).rowcount
 
     def job_fail_past_deadline(self, *, now: float) -> int:
-        return self._db.statement("job_fail_past_deadline", {"now": now}).rowcount
+        return self._end_many("job_fail_past_deadline", now)
+
+    def _end_many(self, name: str, now: float) -> int:
+        """Runs `name`, which may end jobs and returns their ids, and
+        completes the batches it finished in the same transaction."""
+        with self._db.transaction() as tx:
+            ids = [r["id"] for r in tx.execute(name, {"now": now}).fetchall()]
+            self._complete_of_jobs(tx, ids, now)
+        return len(ids)
 
     def job_prune(self, *, states: Iterable[str], before: float, limit: int) -> int:
         wanted = self._db.array([s for s in states if s in _STATES])

@@ -16,7 +16,7 @@ import msgspec
 
 from procqueue import models
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The schema version this code writes and reads."""
 
 
@@ -295,6 +295,77 @@ class Store(Protocol):
         now: float,
     ) -> tuple[int, int]:
         """Cancels every pending or running job matching; (cancelled, cancelling)."""
+
+    # -- batches (issue 15) ------------------------------------------------
+    # A job joins a batch through `NewJob.batch_id`; `job_insert_many`
+    # refuses (InvalidState, nothing written) to add one to a sealed batch.
+    # Every call that ends a job (`job_record_and_claim`, `job_cancel`,
+    # `job_rescue_expired`, `job_fail_past_deadline`, an undecodable claim)
+    # completes, in its own transaction, each batch whose last open member it
+    # ended: the batch's handler jobs are inserted there, once per completion.
+
+    def batch_create(
+        self,
+        *,
+        name: str,
+        meta: bytes,
+        on_complete: models.BatchCallback | None,
+        on_success: models.BatchCallback | None,
+        now: float,
+    ) -> int:
+        """Creates an open batch; returns its id. `meta` is JSON of an object."""
+        ...
+
+    def batch_seal(self, *, id: int, now: float) -> bool:
+        """Seals the batch (idempotent): nothing joins it any more, and it
+        completes once every member is terminal (now, if they already are,
+        and it has any). True if it completed in this call.
+        Raises BatchNotFound."""
+        ...
+
+    def batch_get(self, *, id: int) -> models.BatchInfo | None: ...
+
+    def batch_list(
+        self, *, name: str | None, state: str | None, limit: int
+    ) -> list[models.BatchInfo]:
+        """Batches with that name and state (open, running, complete), newest first."""
+        ...
+
+    def batch_members(
+        self, *, id: int, after: int, state: str | None, limit: int
+    ) -> list[models.JobInfo]:
+        """Up to `limit` members with ids above `after` (and in `state`), in id order."""
+        ...
+
+    def batch_cancel(self, *, id: int, now: float) -> int:
+        """Cancels the batch: pending members now, running ones through their
+        supervisors (as `job_cancel`); seals it. Returns how many members
+        were cancelled or flagged. Raises BatchNotFound."""
+        ...
+
+    def batch_retry(self, *, id: int, now: float) -> int:
+        """Runs the batch's failed members again (attempts reset) and reopens
+        it if complete, so it completes again. Returns how many. Raises BatchNotFound."""
+        ...
+
+    def batch_delete(self, *, id: int) -> int:
+        """Deletes a complete batch and its members; returns how many members.
+        Raises BatchNotFound, or InvalidState for a batch not complete."""
+        ...
+
+    def batch_prune(self, *, before: float, limit: int) -> int:
+        """Deletes up to `limit` batches completed before `before`, with their
+        members; returns how many batches."""
+        ...
+
+    def batch_sweep(self, *, now: float, limit: int) -> int:
+        """Completes up to `limit` sealed batches whose members all ended but
+        that are not complete (a safety net: every path that ends a job
+        completes its batch itself). Returns how many."""
+        ...
+
+    def batch_member_counts(self) -> list[tuple[str, str, int]]:
+        """``(batch name, state, members)`` over the batches not complete."""
         ...
 
 

@@ -36,6 +36,7 @@ from typing import Any
 from procqueue import JobInfo, JobState, errors
 from tests.chaos import cluster, procfs
 from tests.chaos import jobs as chaos_jobs
+from tests.chaos.batches import BatchPart
 
 SPEC = "tests.chaos.jobs"
 J = "tests.chaos.jobs."
@@ -95,6 +96,7 @@ class Config:
     keep: bool = False
     report: str | None = None
     quiet: bool = False
+    batch_members: int = 0
 
 
 @dataclass
@@ -576,6 +578,8 @@ class Chaos:
         duration = cfg.minutes * 60
         plan = self.plan()
         self.phase = "chaos"
+        self.batch = BatchPart(self.app, cfg.batch_members, self.say)
+        self.batch.enqueue(self.seed, self.enqueue)
         self.t_start = time.time()
         t0 = time.monotonic()
         batches = max(1, min(len(plan), int(duration * 0.7 / 1.0)))
@@ -902,6 +906,13 @@ class Chaos:
         self.invariants.append(Invariant(name, ok, detail))
 
     def _analyse(self) -> None:
+        self._analyse_jobs()
+        batch = getattr(self, "batch", None)
+        found = batch.check(self.all_jobs()) if batch is not None else None
+        if found is not None:
+            self.check(*found)
+
+    def _analyse_jobs(self) -> None:
         cfg = self.cfg
         infos = {
             i: info
@@ -1596,6 +1607,13 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument("--keep", action="store_true", help="keep the database and logs")
     p.add_argument("--report", help="write the figures and invariants as JSON here")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--batch-members",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also enqueue N cheap jobs as one batch with completion handlers (issue 15)",
+    )
     a = p.parse_args(argv)
     if a.restart_server and a.backend != "postgres":
         p.error("--restart-server needs --backend postgres")
@@ -1621,6 +1639,7 @@ def parse_args(argv: list[str] | None) -> Config:
         keep=a.keep,
         report=a.report,
         quiet=a.quiet,
+        batch_members=a.batch_members,
     )
 
 

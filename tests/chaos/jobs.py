@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from procqueue import App, Context, Permanent
+from procqueue import App, BatchInfo, Context, Permanent
 
 app = App()
 
@@ -229,3 +229,14 @@ def tick(cx: Context) -> int:
     record(cx, "start")
     record(cx, "end")
     return cx.id
+
+
+# -- batches (issue 15): the chaos batch's handlers, run like any job ----------------
+
+
+@app.job(max_attempts=PATIENT, backoff=BACKOFF)
+def batch_done(cx: Context, info: BatchInfo) -> int:
+    """on_complete and on_success of the chaos batch (tests/chaos/batches.py)."""
+    record(cx, "start", f"batch {info.id} {info.state}")
+    record(cx, "end")
+    return info.total

@@ -25,6 +25,8 @@ MINUTES = 0.75
 LEASE = 3.0
 STALL_S = (5.0, 8.0)
 FREEZE_S = LEASE + 2
+BATCH_MEMBERS = 300
+"""Cheap jobs enqueued as one batch (issue 15), beside the JOBS."""
 
 
 def run_chaos(backend: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
@@ -59,6 +61,8 @@ def run_chaos(backend: str, tmp_path: Path, *extra: str) -> dict[str, Any]:
         str(tmp_path / "work"),
         "--report",
         str(report),
+        "--batch-members",
+        str(BATCH_MEMBERS),
         *extra,
     ]
     with open(out, "wb") as f:
@@ -76,6 +80,8 @@ def assert_invariants(doc: dict[str, Any]) -> None:
     assert not failed, "invariants broken:\n" + "\n".join(failed) + "\n" + doc["output"][-2000:]
     assert doc["exit_code"] == 0, doc["output"][-2000:]
     assert len(doc["invariants"]) >= 12
+    batch = [i for i in doc["invariants"] if i["name"].startswith("the batch completed once")]
+    assert len(batch) == 1 and batch[0]["ok"], batch
 
 
 def assert_chaos_happened(doc: dict[str, Any]) -> None:

@@ -111,6 +111,7 @@ def test_migrations_make_the_same_schema_on_both_backends(
         *("jobs", "queues", "chores", "procqueue_schema"),
         *("job_attempts", "supervisors"),
     }
+    assert set(lite["columns"]) >= {"jobs", "queues", "chores", "batches", "procqueue_schema"}
     assert lite == pg
     assert ("jobs", "jobs_claim") in lite["indexes"]
 
@@ -120,7 +121,8 @@ def test_migrations_make_the_same_schema_on_both_backends(
 
 def test_each_migration_records_the_callers_time(store: Store, raw: RawDb) -> None:
     rows = raw.execute("SELECT version, applied_at FROM procqueue_schema ORDER BY version")
-    assert rows == [(v, BASE) for v in range(1, SCHEMA_VERSION + 1)]
+    # (Each version with a file: test_queries checks they run 1..SCHEMA_VERSION.)
+    assert rows == [(v, BASE) for v, _ in _queries.migrations(store.backend)]
     assert store.migrate(now=BASE + 99) == SCHEMA_VERSION  # nothing applied, nothing recorded
     assert raw.execute("SELECT max(applied_at) FROM procqueue_schema") == [(BASE,)]
 

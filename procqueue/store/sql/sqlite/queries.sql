@@ -14,9 +14,10 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (:version, :now)
 -- job_insert --
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
-                  timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at)
+                  timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at,
+                  batch_id)
 VALUES (:name, :queue, 'pending', :priority, :max_attempts, :args, :key, :serial_key, :tags,
-        :timeout, :max_memory, :backoff, :on_failure, :run_at, :now, :deadline_at)
+        :timeout, :max_memory, :backoff, :on_failure, :run_at, :now, :deadline_at, :batch_id)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -161,6 +162,7 @@ SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
     pid = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN pid END,
     run_at = :now, owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE state = 'running' AND lease_until < :now
+RETURNING id
 
 -- job_owners_running --
 -- Owners of running jobs whose owner string starts with a host's prefix.
@@ -177,12 +179,15 @@ WHERE state = 'running' AND owner = :owner AND lease_until > :until
 -- Pending jobs past their deadline fail instead of starting.
 UPDATE jobs SET state = 'failed', error = 'passed its deadline', finished_at = :now
 WHERE state = 'pending' AND deadline_at IS NOT NULL AND deadline_at <= :now
+RETURNING id
 
 -- job_prune --
 -- Deletes one bounded batch of finished jobs; returns their ids (their attempts go next).
+-- Members of a batch go with their batch.
 DELETE FROM jobs WHERE id IN (
     SELECT id FROM jobs
     WHERE state IN (SELECT value FROM json_each(:states)) AND finished_at < :before
+      AND batch_id IS NULL
     LIMIT :limit)
 RETURNING id
 
@@ -357,3 +362,161 @@ WHERE state = 'running' AND cancel_requested = 0 AND state IN (SELECT value FROM
   AND (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
   AND (:since IS NULL OR created_at >= :since)
+-- Batches (issue 15). A batch completes in the transaction that makes its last
+-- member terminal: that transaction first locks the batch's row (batch_lock*;
+-- on PostgreSQL, FOR UPDATE) and only then, in a statement of its own and so
+-- with a fresh snapshot, asks whether any member is still open (batch_complete*).
+-- Of two transactions ending a batch's last two members, the second to take the
+-- lock sees the first's member committed: exactly one of them completes it.
+
+-- batch_insert --
+-- Creates an open batch.
+INSERT INTO batches (name, meta, complete_job, success_job, created_at)
+VALUES (:name, :meta, :complete_job, :success_job, :now)
+RETURNING id
+
+-- batch_lock --
+-- Locks one batch's row until the transaction ends; its state.
+SELECT id, sealed_at, completed_at FROM batches WHERE id = :id
+
+-- batch_lock_of_jobs --
+-- Locks, in id order, the rows of the batches of the given jobs that are terminal.
+SELECT id FROM batches
+WHERE id IN (SELECT batch_id FROM jobs
+             WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('done', 'failed', 'cancelled'))
+
+-- batch_complete_of_jobs --
+-- Completes the sealed batches of the given jobs that have members and no open member
+-- (run after batch_lock_of_jobs); returns the ids completed now.
+UPDATE batches AS b SET completed_at = :now, completions = b.completions + 1
+WHERE b.id IN (SELECT batch_id FROM jobs
+               WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('done', 'failed', 'cancelled'))
+  AND b.sealed_at IS NOT NULL AND b.completed_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
+  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
+RETURNING id
+
+-- batch_complete --
+-- Completes one sealed batch with members and no open member (run after batch_lock).
+UPDATE batches AS b SET completed_at = :now, completions = b.completions + 1
+WHERE b.id = :id
+  AND b.sealed_at IS NOT NULL AND b.completed_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
+  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
+RETURNING id
+
+-- batch_seal --
+-- Seals a batch: no member joins it any more, and it may complete.
+UPDATE batches SET sealed_at = coalesce(sealed_at, :now) WHERE id = :id
+
+-- batch_get --
+-- One batch with its members counted per state.
+SELECT b.id, b.name, b.meta, b.complete_job, b.success_job, b.created_at, b.sealed_at,
+       b.cancelled_at, b.completed_at, b.completions,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'pending') AS pending,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'running') AS running,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'done') AS done,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'failed') AS failed,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'cancelled') AS cancelled,
+       (SELECT min(j.started_at) FROM jobs j WHERE j.batch_id = b.id) AS started_at
+FROM batches b WHERE b.id = :id
+
+-- batch_list --
+-- Batches, newest first, filtered by name and by state (NULL matches all).
+SELECT b.id, b.name, b.meta, b.complete_job, b.success_job, b.created_at, b.sealed_at,
+       b.cancelled_at, b.completed_at, b.completions,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'pending') AS pending,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'running') AS running,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'done') AS done,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'failed') AS failed,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'cancelled') AS cancelled,
+       (SELECT min(j.started_at) FROM jobs j WHERE j.batch_id = b.id) AS started_at
+FROM batches b
+WHERE (:name IS NULL OR b.name = :name)
+  AND (:state IS NULL
+       OR (:state = 'open' AND b.sealed_at IS NULL)
+       OR (:state = 'running' AND b.sealed_at IS NOT NULL AND b.completed_at IS NULL)
+       OR (:state = 'complete' AND b.completed_at IS NOT NULL))
+ORDER BY b.id DESC
+LIMIT :limit
+
+-- batch_members --
+-- One page of a batch's members in id order, after `after`, optionally in one state.
+SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, error, progress,
+       fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
+       pid, owner
+FROM jobs
+WHERE batch_id = :id AND id > :after
+  AND (:state IS NULL OR state = :state)
+ORDER BY id
+LIMIT :limit
+
+-- batch_cancel_pending --
+-- Cancels a batch's pending members at once.
+UPDATE jobs SET state = 'cancelled', finished_at = :now
+WHERE batch_id = :id AND state = 'pending'
+
+-- batch_cancel_running --
+-- Flags a batch's running members (in id order); their supervisors kill them.
+UPDATE jobs SET cancel_requested = 1
+WHERE id IN (SELECT id FROM jobs WHERE batch_id = :id AND state = 'running')
+
+-- batch_mark_cancelled --
+-- Records a batch's cancel; a cancelled batch is sealed too (nothing joins it any more).
+UPDATE batches SET cancelled_at = coalesce(cancelled_at, :now),
+                   sealed_at = coalesce(sealed_at, :now)
+WHERE id = :id
+
+-- batch_retry_failed --
+-- A batch's failed members run again with their attempts reset.
+UPDATE jobs
+SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
+    finished_at = NULL, started_at = NULL, failure_handled = 0
+WHERE batch_id = :id AND state = 'failed'
+
+-- batch_reopen --
+-- A completed batch whose members run again is running again (its next completion counts anew).
+UPDATE batches SET completed_at = NULL, cancelled_at = NULL
+WHERE id = :id AND completed_at IS NOT NULL
+
+-- batch_reopen_of_job --
+-- The same, for the batch of one job that was retried.
+UPDATE batches SET completed_at = NULL, cancelled_at = NULL
+WHERE id = (SELECT batch_id FROM jobs WHERE id = :id) AND completed_at IS NOT NULL
+
+-- batch_prunable --
+-- Completed batches finished before `before` with no failed member (failed jobs stay until
+-- retried or deleted by hand), oldest first.
+SELECT id FROM batches b
+WHERE b.completed_at < :before
+  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.batch_id = b.id AND j.state = 'failed')
+ORDER BY b.id LIMIT :limit
+
+-- batch_delete_members --
+-- Deletes one bounded batch of a batch's finished members.
+DELETE FROM jobs WHERE id IN (
+    SELECT id FROM jobs WHERE batch_id = :id AND state IN ('done', 'failed', 'cancelled')
+    LIMIT :limit)
+
+-- batch_delete --
+-- Deletes a completed batch whose members are all gone.
+DELETE FROM batches
+WHERE id = :id AND completed_at IS NOT NULL
+  AND NOT EXISTS (SELECT 1 FROM jobs WHERE batch_id = :id)
+
+-- batch_member_counts --
+-- Members of batches not yet complete, per batch name and state (the metrics' gauges).
+SELECT b.name, j.state, count(*) AS n
+FROM batches b JOIN jobs j ON j.batch_id = b.id
+WHERE b.completed_at IS NULL
+GROUP BY b.name, j.state
+
+-- batch_finished_open --
+-- Sealed batches with members, none open, not complete: none, unless a path that ends jobs
+-- did not complete their batch (the maintenance sweep completes them: a safety net).
+SELECT id FROM batches b
+WHERE b.sealed_at IS NOT NULL AND b.completed_at IS NULL
+  AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
+  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
+ORDER BY b.id
+LIMIT :limit
