@@ -91,6 +91,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "__main__",
             "testing",
             "demo",
+            "demo_view",
             "dashboard",
         },
     ),
