@@ -3,6 +3,7 @@ its output relayed to the log, kill escalation, and why it died."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import fcntl
 import logging
@@ -116,7 +117,7 @@ class ChildPipes:
                 os.close(fd)
 
 
-class ChildBase:
+class ChildBase(abc.ABC):
     """A started child as the supervisor sees it: its pid and the
     supervisor's ends of its pipes, frames in and out, output relayed to the
     log, its process tree. Subclasses say how it was started and how it ends
@@ -195,15 +196,15 @@ class ChildBase:
         (also those that left the group); gone processes are fine."""
         _proctree.signal_tree(self.pid, sig)
 
+    @abc.abstractmethod
     def poll(self) -> int | None:
         """The exit status once the child has ended (`Popen.returncode`
         convention: negative for a signal), else None. Never blocks."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def wait(self, timeout: float | None = None) -> int | None:
         """Waits up to `timeout` s (None: for ever) for the child to end; its
         `poll()` status, or None if it still runs."""
-        raise NotImplementedError
 
     def close(self) -> None:
         """Closes the supervisor's ends (a still-running child sees EOF and
