@@ -6,13 +6,12 @@ children import it (tests/test_imports.py checks both).
 
 from __future__ import annotations
 
-from procqueue.app import App, load_app
-from procqueue.context import Context
 from procqueue.errors import (
     BatchNotFound,
     ConfigError,
     EnqueueError,
     InvalidState,
+    JobFailed,
     JobFailure,
     JobNotFound,
     Permanent,
@@ -24,6 +23,8 @@ from procqueue.errors import (
     StoreError,
     StoreRejected,
 )
+from procqueue.jobs.context import Context
+from procqueue.jobs.registry import Job
 from procqueue.models import (
     AttemptInfo,
     Backoff,
@@ -34,7 +35,7 @@ from procqueue.models import (
     QueueInfo,
     SupervisorInfo,
 )
-from procqueue.registry import Job
+from procqueue.producer.app import App, load_app
 
 __all__ = [
     "App",
@@ -48,6 +49,7 @@ __all__ = [
     "EnqueueError",
     "InvalidState",
     "Job",
+    "JobFailed",
     "JobFailure",
     "JobInfo",
     "JobNotFound",

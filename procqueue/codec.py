@@ -1,4 +1,4 @@
-"""How arguments and results become JSON and come back (issue 14): msgspec,
+"""How arguments and results become JSON and come back: msgspec,
 plus procqueue's own encoding of scientific types and an App's hooks.
 
 Encoded as their JSON forms, without procqueue importing numpy: numpy
@@ -25,6 +25,9 @@ EncHook = Callable[[Any], Any]
 DecHook = Callable[[type, Any], Any]
 
 _ENCODE_ERRORS = (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError)
+DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, ValueError, RecursionError)
+"""Every exception decoding untrusted bytes can raise: a value nested deeper
+than the interpreter's stack is a RecursionError, not a DecodeError."""
 _PATH_DEPTH = 64
 
 

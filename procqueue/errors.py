@@ -6,6 +6,7 @@ A class's docstring is its default message. The tree::
     ├── ConfigError          bad DSN, option or configuration value
     ├── EnqueueError         bad input at enqueue: nothing was written
     ├── JobNotFound          no job with that id
+    ├── JobFailed            the job waited for failed or was cancelled (`App.result`)
     ├── QueueNotFound        no queue of that name (no jobs, no settings, no supervisor)
     ├── BatchNotFound        no batch with that id
     ├── InvalidState         the job is not in a state the operation accepts
@@ -19,6 +20,11 @@ A class's docstring is its default message. The tree::
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from procqueue.models import JobInfo
 
 
 class ProcqueueError(Exception):
@@ -38,6 +44,18 @@ class EnqueueError(ProcqueueError):
 
 class JobNotFound(ProcqueueError):
     """No such job."""
+
+
+class JobFailed(ProcqueueError):
+    """The job failed or was cancelled.
+
+    Attributes:
+        info: the job's record: its error, and every attempt in `history`.
+    """
+
+    def __init__(self, message: str, info: JobInfo) -> None:
+        super().__init__(message)
+        self.info = info
 
 
 class QueueNotFound(ProcqueueError):

@@ -95,6 +95,8 @@ class Finished:
     """Run time of the attempt."""
     kill: str | None = None
     """Why the supervisor ended it (a `Killed` kind), if it did."""
+    asked: bool = False
+    """A retry the job asked for (it raised `Retry`): rescheduled, not a failure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,6 +211,14 @@ def log_event(event: Event) -> None:
     if isinstance(event, Finished):
         if event.outcome == "done":
             log.debug("job %d done", event.job_id)
+        elif event.outcome == "retried" and event.asked:
+            log.info(
+                "job %d attempt %d rescheduled by Retry in %.1fs: %s",
+                event.job_id,
+                event.attempt,
+                event.retry_in or 0.0,
+                first_line(event.error),
+            )
         elif event.outcome == "retried":
             log.info(
                 "job %d attempt %d failed, retry in %.1fs: %s",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import math
 from typing import Any
 
 import msgspec
@@ -24,6 +25,14 @@ class JobState(enum.StrEnum):
 TERMINAL_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
 
 
+MAX_SECONDS = 10 * 365 * 86400.0
+"""The longest delay, timeout, deadline or backoff accepted (ten years): any
+longer is a mistake, and sums of times stay far from overflow."""
+INT32 = (-(2**31), 2**31 - 1)
+"""The range of priority, max_attempts and max_memory on both backends
+(PostgreSQL stores them as integer)."""
+
+
 class Backoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Delay before retry N: ``min(max, base * factor**(N-1))``, uniformly
     jittered over ``[0, delay]`` when `jitter` ("full jitter")."""
@@ -34,8 +43,11 @@ class Backoff(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     jitter: bool = True
 
     def __post_init__(self) -> None:
-        if self.base < 0 or self.factor < 1 or self.max < 0:
-            raise ValueError("Backoff needs base >= 0, factor >= 1, max >= 0")
+        finite = all(math.isfinite(v) for v in (self.base, self.factor, self.max))
+        if not finite or self.base < 0 or self.factor < 1 or not 0 <= self.max <= MAX_SECONDS:
+            raise ValueError(
+                f"Backoff needs finite base >= 0, factor >= 1, 0 <= max <= {MAX_SECONDS:.0f}"
+            )
 
 
 class AttemptInfo(msgspec.Struct, frozen=True):
@@ -188,6 +200,16 @@ class SupervisorInfo(msgspec.Struct, frozen=True):
 
 STALE_BEATS = 3
 """A supervisor whose heartbeat is this many beats late (plus a second) is taken for dead."""
+
+
+MAX_ID = 2**63 - 1
+"""Job and batch ids are 64-bit signed integers on both backends."""
+
+
+def is_id(value: object) -> bool:
+    """Whether `value` is an int a job or batch could have as its id (past 64
+    bits a driver would raise OverflowError, differently on each backend)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ID
 
 
 def alive(last_seen: float, beat_every: float, now: float) -> bool:

@@ -15,6 +15,7 @@ import struct
 import msgspec
 
 from procqueue import errors
+from procqueue.codec import DECODE_ERRORS
 
 PROTOCOL_VERSION = 1
 MAX_FRAME = 256 * 1024 * 1024
@@ -149,8 +150,8 @@ def encode(message: Message, *, limit: int = MAX_FRAME) -> bytes:
 def _decode(body: bytes, to_child: bool) -> Message:
     try:
         msg: Message = (_to_child if to_child else _to_supervisor).decode(body)
-    except msgspec.DecodeError as exc:
-        raise errors.ProtocolError(f"malformed frame: {exc}") from None
+    except DECODE_ERRORS as exc:
+        raise errors.ProtocolError(f"malformed frame: {type(exc).__name__}: {exc}") from None
     return msg
 
 

@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from procqueue import config
-from procqueue._clock import ManualClock
-from procqueue._faults import Faults
-from procqueue.app import App
-from procqueue.supervisor import Supervisor
+from procqueue.clock import ManualClock
+from procqueue.producer.app import App
+from procqueue.supervisor.faults import Faults
+from procqueue.supervisor.loop import Supervisor
+from procqueue.supervisor.settings import Settings
 
 T = TypeVar("T")
 
@@ -49,7 +49,7 @@ def supervising(
         "kill_grace": 0.5,
     }
     supervisor = Supervisor(
-        app, spec=spec, settings=config.Settings(**{**defaults, **settings}), faults=faults
+        app, spec=spec, settings=Settings(**{**defaults, **settings}), faults=faults
     )
     failure: list[BaseException] = []
 

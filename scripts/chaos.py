@@ -2,7 +2,9 @@
 """Chaos run for procqueue: real supervisors on one database, killed with
 SIGKILL, drained with SIGTERM and cut off from PostgreSQL while thousands
 of jobs of every kind run; then the invariants of docs/guarantees.md are
-checked and the figures printed (docs/reliability.md records them).
+checked and the figures printed (docs/reliability.md records them). The
+program is the package scripts/chaoskit; the jobs its supervisors run are
+tests/chaos/jobs.py (spec ``tests.chaos.jobs``).
 
     scripts/chaos.py --backend sqlite --minutes 3
     scripts/chaos.py --backend postgres --minutes 3 [--restart-server]
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.chaos.harness import main  # noqa: E402
+from scripts.chaoskit.cli import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

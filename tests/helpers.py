@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
+import socket
+import urllib.request
 from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from procqueue import App, JobInfo, JobState
 from procqueue.testing import wait_until
@@ -25,7 +29,7 @@ def pid_alive(pid: int) -> bool:
     # A zombie still answers kill(0); it is dead for our purposes.
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # reaped meanwhile
         return False
 
 
@@ -36,3 +40,24 @@ def read_pid(marker: Path, timeout: float = 20.0) -> int:
 
 def state_is(app: App, job_id: int, state: JobState) -> bool:
     return app.get(job_id).state == state
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample a metrics endpoint serves, keyed as :func:`key` builds keys."""
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def key(metric: str, /, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    return metric, frozenset(labels.items())

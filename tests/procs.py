@@ -11,9 +11,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 _SCRIPT = """
 import sys
-from procqueue import config
-from procqueue.app import load_app
-from procqueue.supervisor import Supervisor
+from procqueue.supervisor import settings as config
+from procqueue.producer.app import load_app
+from procqueue.supervisor.loop import Supervisor
 dsn, spec, workers, lease, limits = sys.argv[1:6]
 app = load_app(spec).using(dsn)
 queue_limits = dict((k, int(v)) for k, v in (p.split("=") for p in limits.split(",") if p))

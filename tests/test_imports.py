@@ -16,7 +16,7 @@ import ast
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -25,90 +25,27 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "procqueue"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    (
-        "records",
-        {
-            "errors",
-            "_clock",
-            "_faults",
-            "models",
-            "protocol",
-            "retry",
-            "cron",
-            "config",
-            "configfile",
-            "logs",
-            "events",
-            "_proctree",
-            "_faultlog",
-        },
-    ),
+    ("records", {"errors", "clock", "codec", "config", "models", "protocol", "events"}),
     ("storage", {"store"}),
-    (
-        "jobs and children",
-        {
-            "",  # the package itself: `import procqueue` is what job modules do
-            "context",
-            "jobdef",
-            "codec",
-            "runner",
-            "registry",
-            "app",
-            "child",
-            "_process",
-            "_forkserver",
-            "_template",
-            "_childio",
-            "spawner",
-            "pool",
-            "demo_jobs",
-        },
-    ),
-    ("client", {"client", "batching"}),
-    (
-        "supervision",
-        {
-            "supervisor",
-            "attempt",
-            "attempts",
-            "attempt_writes",
-            "limits",
-            "claims",
-            "dbcalls",
-            "heartbeat",
-            "maintenance",
-            "metrics",
-        },
-    ),
-    (
-        "interface",
-        {
-            "cli",
-            "_commands",
-            "_ops_commands",
-            "_batch_commands",
-            "_format",
-            "__main__",
-            "testing",
-            "demo",
-            "demo_view",
-            "dashboard",
-        },
-    ),
+    ("jobs", {"jobs"}),
+    ("producer", {"producer", ""}),  # "": `import procqueue`, what job modules do
+    ("child", {"child"}),
+    ("supervisor", {"supervisor"}),
+    ("interface", {"cli", "dashboard", "demo", "testing", "__main__"}),
 ]
-"""Bottom to top, by module name relative to ``procqueue`` (a package
-stands for its submodules). A module imports only from its own layer or
-lower ones."""
+"""Bottom to top, by module or package name relative to ``procqueue`` (a
+package stands for its submodules): each folder of the package is a layer.
+A module imports only from its own layer or lower ones."""
 
 FORBIDDEN: list[tuple[set[str], set[str], str]] = [
     (
         {"store"},
-        {"protocol", "context", "runner", "child", "registry", "app", "jobdef", "supervisor"},
+        {"protocol", "jobs", "producer", "child", "supervisor"},
         "storage knows rows, not job callables or the pipe",
     ),
     (
-        {"child", "runner", "context", "registry", "app", "jobdef", ""},
-        {"store", "client", "supervisor", "attempts", "maintenance", "dbcalls"},
+        {"child", "jobs", "producer.app", "producer.batches", "producer.control", ""},
+        {"store", "producer.client", "supervisor"},
         "what a child imports never loads database or supervisor code",
     ),
     (
@@ -121,14 +58,16 @@ FORBIDDEN: list[tuple[set[str], set[str], str]] = [
 are worth naming. A module matches a name if it is that module or inside
 that package."""
 
-EXCEPTIONS: set[tuple[str, str]] = set()
-"""(importer, imported) pairs exempt from the rules above, each with its
-reason in a comment. None today."""
-
-CHILD_ENTRY_POINTS = ("procqueue.child", "procqueue")
+CHILD_ENTRY_POINTS = ("procqueue.child.__main__", "procqueue")
 """What a child process imports before the job module."""
 
-DATABASE_CODE = ("procqueue.store", "procqueue.client", "psycopg", "psycopg_pool")
+DATABASE_CODE = (
+    "procqueue.store",
+    "procqueue.producer.client",
+    "procqueue.supervisor",
+    "psycopg",
+    "psycopg_pool",
+)
 
 
 def _module_name(path: Path) -> str:
@@ -190,20 +129,34 @@ def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+def _every_import(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement in a module, wherever it stands."""
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                yield node
+
+
+def _graph(
+    reader: Callable[[list[ast.stmt]], Iterator[ast.Import | ast.ImportFrom]],
+) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         edges: set[str] = set()
-        for node in _run_at_import(tree.body):
+        for node in reader(tree.body):
             edges |= _targets(name, node)
         graph[name] = edges - {name}
     return graph
 
 
-GRAPH = _graph()
+GRAPH = _graph(_run_at_import)
 """Module -> the procqueue modules it imports at import time, packages above
 them included (Python runs a package's ``__init__`` before its submodules)."""
+
+EVERY_IMPORT = _graph(_every_import)
+"""Module -> every procqueue module it names in an import: deferred ones in
+function bodies and ``TYPE_CHECKING`` ones included."""
 
 
 def _edges() -> Iterator[tuple[str, str]]:
@@ -244,18 +197,20 @@ def test_every_module_has_a_layer_and_every_name_a_module() -> None:
 
 def test_the_graph_is_read() -> None:
     """Guards the reader itself: known edges are found, lazy ones are not."""
-    assert "procqueue.registry" in GRAPH["procqueue.app"]
-    assert "procqueue.store" in GRAPH["procqueue.client"]
+    assert "procqueue.jobs.registry" in GRAPH["procqueue.producer.app"]
+    assert "procqueue.store" in GRAPH["procqueue.producer.client"]
     assert "procqueue.store" in GRAPH["procqueue.store.sqlite"]  # its parent package
-    assert "procqueue.client" not in GRAPH["procqueue.app"]  # only inside a method
-    assert "procqueue.registry" not in GRAPH["procqueue.runner"]  # only under TYPE_CHECKING
+    assert "procqueue.producer.client" not in GRAPH["procqueue.producer.app"]  # in a method
+    assert "procqueue.producer.client" in EVERY_IMPORT["procqueue.producer.app"]
+    assert "procqueue.store" not in GRAPH["procqueue.producer.batches"]  # TYPE_CHECKING only
+    assert "procqueue.store" in EVERY_IMPORT["procqueue.producer.batches"]
 
 
 def test_no_module_imports_from_a_higher_layer() -> None:
     upward = [
         f"{_short(m)} ({LAYERS[_layer(m)][0]}) imports {_short(t)} ({LAYERS[_layer(t)][0]})"
         for m, t in _edges()
-        if _layer(t) > _layer(m) and (_short(m), _short(t)) not in EXCEPTIONS
+        if _layer(t) > _layer(m)
     ]
     assert upward == []
 
@@ -265,35 +220,61 @@ def test_forbidden_imports(importers: set[str], imported: set[str], why: str) ->
     found = [
         f"{_short(m) or 'procqueue'} imports {_short(t)}"
         for m, t in _edges()
-        if _matches(m, importers)
-        and _matches(t, imported)
-        and (_short(m), _short(t)) not in EXCEPTIONS
+        if _matches(m, importers) and _matches(t, imported)
     ]
     assert found == [], why
 
 
-def test_no_import_cycles() -> None:
-    """Every module can be imported first: no two modules need each other
-    at import time (app.py and runner.py once did)."""
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import circles of `graph`, one path for each back edge found."""
     cycles: list[list[str]] = []
     state: dict[str, int] = {}  # 1: on the path, 2: done
     path: list[str] = []
 
-    def visit(module: str) -> None:
-        state[module] = 1
-        path.append(module)
-        for target in sorted(GRAPH[module] - _ancestors(module)):
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(graph[node]):
             if state.get(target) == 1:
                 cycles.append([*path[path.index(target) :], target])
             elif target not in state:
                 visit(target)
         path.pop()
-        state[module] = 2
+        state[node] = 2
 
-    for module in sorted(GRAPH):
-        if module not in state:
-            visit(module)
-    assert cycles == []
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+def test_no_import_cycles_of_any_kind() -> None:
+    """No two modules need each other, not even through a deferred import
+    in a function or an import for type checking only: each module can be
+    read, and imported, after the ones it names."""
+    graph = {m: targets - _ancestors(m) for m, targets in EVERY_IMPORT.items()}
+    assert _cycles(graph) == []
+
+
+def _folder(module: str) -> str:
+    """The top-level module or folder of procqueue that `module` is in."""
+    return _short(module).split(".")[0]
+
+
+def test_no_cycles_between_folders() -> None:
+    """The folders are layers: no two of them import each other, by any path."""
+    graph: dict[str, set[str]] = {}
+    for module, targets in EVERY_IMPORT.items():
+        here = _folder(module)
+        graph.setdefault(here, set())
+        graph[here] |= {_folder(t) for t in targets if _folder(t) not in ("", here)}
+    assert _cycles(graph) == []
+
+
+def test_top_level_stays_small() -> None:
+    """At most 12 modules at the top of the package; the rest live in the
+    folder of their layer."""
+    assert len([p for p in PACKAGE.glob("*.py")]) <= 12
 
 
 def _closure(start: str) -> dict[str, str]:
@@ -323,8 +304,8 @@ def test_a_child_at_startup_loads_no_database_code() -> None:
         """
         import sys
         import procqueue
-        import procqueue.child
-        app = procqueue.app.load_app("tests.jobs.basic")
+        import procqueue.child.__main__
+        app = procqueue.load_app("tests.jobs.basic")
         assert "tests.jobs.basic.add" in app.registry
         loaded = sorted(m for m in sys.modules if m.startswith(tuple(sys.argv[1:])))
         print(",".join(loaded))
@@ -347,9 +328,9 @@ def test_the_client_is_imported_when_the_database_is_first_needed() -> None:
         import sys
         from tests.jobs import basic
         basic.add.configure(key="x")
-        assert "procqueue.client" not in sys.modules
+        assert "procqueue.producer.client" not in sys.modules
         basic.app.client
-        assert "procqueue.client" in sys.modules and "procqueue.store" in sys.modules
+        assert "procqueue.producer.client" in sys.modules and "procqueue.store" in sys.modules
         """
     )
     done = subprocess.run(

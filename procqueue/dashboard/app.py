@@ -38,7 +38,6 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from procqueue import errors
-from procqueue.app import App
 from procqueue.dashboard import batches as batch_pages
 from procqueue.dashboard import views
 from procqueue.dashboard.security import (
@@ -48,6 +47,7 @@ from procqueue.dashboard.security import (
     csrf_ok,
     form_field,
 )
+from procqueue.producer.app import App
 
 HERE = Path(__file__).parent
 DEFAULT_LIMIT = 100
@@ -93,7 +93,7 @@ class Dashboard:
         queues = [views.queue_view(q) for q in sorted(stats.values(), key=lambda q: q.name)]
         return {
             **views.totals(stats.values()),
-            **self.chart.get(),  # bars, total_done, total_failed, per_minute, ...
+            **self.chart.get(),  # bars, total_done, total_failed, rate_now, ...
             "queues": queues,
             "empty": "" if queues else "1",
         }
@@ -116,7 +116,7 @@ class Dashboard:
         if state not in verb:
             return {"bulk_n": "", "bulk_url": ""}
         queue, name = query.get("queue") or None, query.get("name") or None
-        n = self.app.client.count_where(verb[state], state=state, queue=queue, name=name)
+        n = self.app.count_where(verb[state], state=state, queue=queue, name=name)
         where = {"state": state, "queue": queue, "name": name}
         filters = {k: v for k, v in where.items() if v is not None}
         return {
@@ -289,7 +289,7 @@ class Dashboard:
                     ("/api/bulk/cancel", "cancel the matching jobs", self.bulk_cancel),
                 )
             ],
-            *batch_pages.BatchPages(self).routes(),  # /batches, /api/batches (issue 15)
+            *batch_pages.BatchPages(self).routes(),  # /batches, /api/batches
             Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
         ]
 

@@ -1,4 +1,4 @@
-"""The dashboard's batch pages (issue 15), kept live like the others.
+"""The dashboard's batch pages, kept live like the others.
 
 - ``/batches``            batches, newest first, each with a progress bar
 - ``/batches/{id}``       one batch: live progress bar, counts, rate, ETA,
@@ -11,7 +11,8 @@ token required): ``/api/batches/{id}/cancel``, ``/api/batches/{id}/retry``.
 from __future__ import annotations
 
 import datetime as dt
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
 from starlette.requests import Request
@@ -22,7 +23,22 @@ from procqueue import errors, models
 from procqueue.dashboard import views
 
 if TYPE_CHECKING:
-    from procqueue.dashboard.app import Dashboard
+    from procqueue.producer.app import App
+
+
+class Host(Protocol):
+    """What the batch pages use of the dashboard that mounts them."""
+
+    app: App
+
+    def now(self) -> dt.datetime: ...
+
+    def render(
+        self, request: Request, template: str, status: int = 200, **context: Any
+    ) -> Response: ...
+
+    def action(self, verb: str, do: Callable[[Request], str]) -> Callable[[Request], Any]: ...
+
 
 LIST_LIMIT = 100
 FAILURES_SHOWN = 50
@@ -77,7 +93,7 @@ def _json(content: object, status: int = 200) -> Response:
 class BatchPages:
     """The batch handlers of one `Dashboard`."""
 
-    def __init__(self, dashboard: Dashboard) -> None:
+    def __init__(self, dashboard: Host) -> None:
         self.d = dashboard
         self.app = dashboard.app
 

@@ -26,6 +26,14 @@ ERROR_LINE_CHARS = 300
 CHART_MINUTES = 15
 CHART_SAMPLE = 1000
 """Throughput is counted over the newest this-many done and failed jobs."""
+RATE_WINDOW = dt.timedelta(seconds=60)
+"""The rate shown as "now": jobs finished in the last minute, per second (a
+15-minute average would hide a batch that runs right now)."""
+ERROR_TITLE_CHARS = 4000
+"""How much of an error a list shows on hover: a list of 100 jobs with 5 MB
+errors stays a page, and the job's own page shows more."""
+ERROR_PAGE_CHARS = 200_000
+"""How much of an error the job's page shows; ``procqueue show ID --json`` has it all."""
 
 View = dict[str, Any]
 
@@ -77,6 +85,14 @@ def preview(value: Any, limit: int = PREVIEW_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def cut(text: str | None, limit: int) -> str:
+    """`text` (or "") cut to `limit` characters, saying how many were left out."""
+    text = text or ""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
+
+
 def first_line(text: str | None, limit: int = ERROR_LINE_CHARS) -> str:
     line = (text or "").strip().splitlines()[0] if (text or "").strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -126,7 +142,7 @@ def job_view(info: JobInfo, now: dt.datetime, *, full: bool = False) -> View:
         "args_preview": preview(info.args),
         "result_preview": "" if info.result is None else preview(info.result),
         "error_line": first_line(info.undecodable or info.error),
-        "error_title": info.error or "",
+        "error_title": cut(info.error, ERROR_TITLE_CHARS),
         "progress": progress_text or ("running" if running else ""),
         "pct": "" if pct is None else f"{pct:.1f}",
         "indeterminate": "1" if running and pct is None else "",
@@ -155,7 +171,7 @@ def job_view(info: JobInfo, now: dt.datetime, *, full: bool = False) -> View:
             {
                 "args_json": to_json_text(info.args, indent=2),
                 "result_json": "" if info.result is None else to_json_text(info.result, indent=2),
-                "error": info.error or "",
+                "error": cut(info.error, ERROR_PAGE_CHARS),
                 "job_key": info.key or "",
                 "serial_key": info.serial_key or "",
                 "tags": ", ".join(info.tags),
@@ -188,7 +204,7 @@ def attempt_view(h: models.AttemptInfo, n: int) -> View:
         "took": duration(h.seconds),
         "exit_reason": h.exit_reason or "",
         "peak_memory": "" if h.peak_memory is None else f"{h.peak_memory:.0f} MB",
-        "error": h.error or "",
+        "error": cut(h.error, ERROR_PAGE_CHARS),
     }
 
 
@@ -250,10 +266,13 @@ def throughput(finished: Iterable[JobInfo], now: dt.datetime, minutes: int = CHA
     start = end - dt.timedelta(minutes=minutes)
     done = [0] * minutes
     failed = [0] * minutes
+    last_minute = 0
     for info in finished:
         at = info.finished_at
         if at is None or not start <= at < end:
             continue
+        if now - RATE_WINDOW < at <= now:
+            last_minute += 1
         i = int((at - start).total_seconds() // 60)
         (done if info.state == JobState.DONE else failed)[i] += 1
     top = max([d + f for d, f in zip(done, failed, strict=True)] + [1])
@@ -279,7 +298,7 @@ def throughput(finished: Iterable[JobInfo], now: dt.datetime, minutes: int = CHA
         "total_done": sum(done),
         "total_failed": sum(failed),
         "peak": max(done[i] + failed[i] for i in range(minutes)),
-        "per_minute": f"{sum(done) / minutes:.1f}",
+        "rate_now": f"{last_minute / RATE_WINDOW.total_seconds():.1f}",
         "from_label": start.strftime("%H:%M"),
         "to_label": (end - dt.timedelta(minutes=1)).strftime("%H:%M"),
     }

@@ -1,11 +1,11 @@
-"""Storage: one interface (`base.Store`), one implementation per backend."""
+"""Storage: one SQL store (`base.Store`) over two dialects, SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import os
 import urllib.parse
 
-from procqueue import configfile, errors
+from procqueue import config, errors
 from procqueue.store.base import Store
 
 __all__ = ["DEFAULT_DSN", "Store", "describe", "open_store", "resolve_dsn"]
@@ -18,7 +18,7 @@ def resolve_dsn(explicit: str | None) -> str:
     file's (``procqueue.toml`` / ``[tool.procqueue]``), else the default file."""
     if explicit or os.environ.get("PROCQUEUE_DSN"):
         return explicit or os.environ["PROCQUEUE_DSN"]
-    return configfile.layered(None).dsn or DEFAULT_DSN
+    return config.layered(None).dsn or DEFAULT_DSN
 
 
 def describe(dsn: str) -> str:
@@ -33,11 +33,12 @@ def describe(dsn: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
-def open_store(dsn: str) -> Store:
+def open_store(dsn: str, *, create: bool = True) -> Store:
     """Opens the backend `dsn` names (``sqlite:///path`` or ``postgresql://...``).
 
     Raises ConfigError for a DSN of no known form, StoreError when the
-    database cannot be reached.
+    database cannot be reached. With `create` False, a SQLite file that does
+    not exist is a StoreError instead of a new empty database.
     """
     if "\x00" in dsn:
         raise errors.ConfigError("malformed DSN: it holds a NUL character")
@@ -49,7 +50,7 @@ def open_store(dsn: str) -> Store:
             raise errors.ConfigError(f"malformed DSN {dsn!r}: expected sqlite:///PATH")
         from procqueue.store.sqlite import SqliteStore
 
-        return SqliteStore(path)
+        return SqliteStore(path, create=create)
     if dsn.startswith(("postgresql://", "postgres://")):
         from procqueue.store.postgres import PostgresStore
 

@@ -13,6 +13,10 @@ from importlib import resources
 
 from procqueue import errors
 
+SCHEMA_VERSION = 5
+"""The schema version this code writes and reads: the number of the last
+migration of each backend (a test checks both end there)."""
+
 _HEADER = re.compile(r"^-- ([a-z0-9_]+) --$", re.MULTILINE)
 
 

@@ -86,8 +86,8 @@ def insert_params(job: models.NewJob, now: float) -> dict[str, Any]:
     }
 
 
-def record_params(o: models.Outcome, now: float) -> dict[str, Any]:
-    """The ``job_record`` parameters of `o`.
+def record_params(o: models.Outcome, now: float, owner: str = "") -> dict[str, Any]:
+    """The ``job_record`` parameters of `o`, fenced by `owner` unless it is ''.
 
     Raises:
         errors.StoreRejected: the result is not UTF-8 JSON.
@@ -103,6 +103,7 @@ def record_params(o: models.Outcome, now: float) -> dict[str, Any]:
         "progress": None if o.progress is None else o.progress.replace("\x00", "\\x00"),
         "fraction": o.fraction,
         "now": now,
+        "owner": owner,
     }
 
 
@@ -292,11 +293,13 @@ def claimed_job(row: Row, json_type: type[str] | type[bytes]) -> models.ClaimedJ
             fields[field] = check(row[column])
         except Undecodable as exc:
             raise Undecodable(f"column {column}: {exc}") from None
+    if fields["attempt"] < 1:  # job_take's mark of a row with no attempt left
+        raise Undecodable("column attempts: no attempt left (not below max_attempts)")
     return models.ClaimedJob(**fields)
 
 
 def queue_count(row: Row) -> tuple[str, str, int, float | None] | None:
-    """``(queue, state, count, oldest created_at)`` of a ``queue_counts`` row,
+    """``(queue, state, count, earliest due run_at)`` of a ``queue_counts`` row,
     or None when its queue or state is not text (it cannot be shown)."""
     queue, state, n, oldest = row["queue"], row["state"], row["n"], row["oldest"]
     if type(queue) is not str or type(state) is not str or type(n) is not int:

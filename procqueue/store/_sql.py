@@ -1,10 +1,19 @@
-"""The one SQL store: every `base.Store` method and the claim algorithm,
-written once over the named queries of ``sql/<backend>/queries.sql`` (the
-same names with the same parameters on both backends).
+"""The one SQL store, written once over the named queries of
+``sql/<backend>/queries.sql`` (the same names with the same parameters on
+both backends): the class is the store's interface (`base.Store`), each
+method's docstring its contract.
 
 What differs between the backends sits behind `_dialect.Dialect`; what a
 job goes through (insert, claim, fencing, cancel, retry, the failure sweep,
-queues, migrations, wake-ups) is decided here, so the two cannot drift apart.
+migrations, wake-ups) is decided here, so the two cannot drift apart. What
+ending or reopening a job entails is in `_rules`, the operators' side in
+`_sql_ops`, batches in `_batches`.
+
+Methods are named noun_verb, take keyword arguments only, and receive the
+time as ``now`` from the caller's clock: no query asks the database what
+time it is. Every write about a running job is fenced by ``(id, attempt)``
+and only applies while the job is still ``running`` at that attempt, so a
+supervisor that lost its lease can never overwrite the one that took over.
 """
 
 from __future__ import annotations
@@ -16,18 +25,11 @@ from typing import Any
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _batches, _dialect, _queries, _rows, _sql_ops, base
+from procqueue.store import _batches, _claim, _dialect, _queries, _rows, _rules, _sql_ops
 
 log = logging.getLogger("procqueue.store")
 
 _STATES = frozenset(s.value for s in models.JobState)
-
-
-def overfetch(count: int) -> int:
-    """How many candidates a claim of `count` reads: more than it takes, so
-    that jobs blocked within the batch (a serial key twice, a queue's last
-    slot) don't starve the ones behind them."""
-    return count * 4 + 16
 
 
 def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
@@ -37,31 +39,32 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
 
 
 class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
-    """A `base.Store` over one `Dialect`. Safe to share between threads when
-    the dialect is (both are). The operators' side (attempt history,
-    supervisors, managed limits, bulk actions) is in `_sql_ops.OpsStore`;
-    batches are in `_batches.BatchMethods`."""
+    """A job database over one `Dialect`. Safe to share between threads when
+    the dialect is (both are)."""
 
     def __init__(self, dialect: _dialect.Dialect) -> None:
         self._db = dialect
         self.backend = dialect.backend
         self._json = dialect.json_type
+        self._rules = _rules.Rules(dialect)
 
     def close(self) -> None:
+        """Releases connections and wake-up sockets; calls after it raise StoreError."""
         self._db.close()
 
     def migrate(self, *, now: float) -> int:
         """Creates or upgrades the schema under the migration lock, so any
         number of processes may race; returns the version. `now` is recorded
-        as each migration's time."""
+        as each migration's time. Raises SchemaTooNew when the database was
+        migrated by newer code."""
         with self._db.transaction() as tx:
             self._db.prepare_migration(tx)
             tx.execute("schema_table_create")
             current: int = tx.execute("schema_version_get").fetchone()["version"]
-            if current > base.SCHEMA_VERSION:
+            if current > _queries.SCHEMA_VERSION:
                 raise errors.SchemaTooNew(
                     f"{self._db.where} has schema version {current}, this procqueue "
-                    f"knows up to {base.SCHEMA_VERSION}; upgrade procqueue"
+                    f"knows up to {_queries.SCHEMA_VERSION}; upgrade procqueue"
                 )
             for version, script in _queries.migrations(self.backend):
                 if version > current:
@@ -70,12 +73,30 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
                     current = version
         return current
 
+    def schema_version(self) -> int:
+        """The version of this database's schema, 0 when it has none; creates
+        and changes nothing (read-only tools check it instead of migrating)."""
+        with self._db.transaction() as tx:
+            if not tx.execute("schema_table_exists").fetchone()["present"]:
+                return 0
+            version: int = tx.execute("schema_version_get").fetchone()["version"]
+            return version
+
     # -- wake-ups ---------------------------------------------------------
 
     def wake_fileno(self) -> int | None:
+        """A file descriptor that becomes readable when there may be new work
+        for a supervisor (PostgreSQL LISTEN, SQLite datagram socket), or None
+        when there is none now (ask again later; polling covers the gap).
+
+        Supervisors are woken after the commit of an enqueue, a retry, the
+        cancel of a running job (its supervisor should act at once) and the
+        resume of a queue.
+        """
         return self._db.wake_fileno()
 
     def wake_drain(self) -> bool:
+        """Consumes pending wake-ups; True if there was at least one. Never raises."""
         return self._db.wake_drain()
 
     # -- jobs -------------------------------------------------------------
@@ -83,28 +104,19 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
     def job_insert_many(
         self, *, jobs: Sequence[models.NewJob], now: float, connection: object | None = None
     ) -> list[int]:
-        with self._db.transaction(connection=connection) as tx:
-            return self._insert(tx, jobs, now)
+        """Inserts `jobs` in one transaction; returns their ids in order.
 
-    @staticmethod
-    def _insert(tx: _dialect.Tx, jobs: Sequence[models.NewJob], now: float) -> list[int]:
-        """Inserts `jobs` (a job whose key exists gives that job's id) and
-        wakes supervisors on commit if any was new. Jobs joining a batch
-        lock it first and are refused unless it is still open."""
-        if any(job.batch_id is not None for job in jobs):
-            _batches.check_open(tx, jobs)
-        rows = tx.execute_each("job_insert", [_rows.insert_params(job, now) for job in jobs])
-        ids: list[int] = [
-            tx.execute("job_id_by_key", {"key": job.key}).fetchone()["id"]
-            if row is None
-            else row["id"]
-            for job, row in zip(jobs, rows, strict=True)
-        ]
-        if any(row is not None for row in rows):
-            tx.notify()
-        return ids
+        With `connection` (PostgreSQL: a psycopg connection of the caller's),
+        the insert joins that connection's transaction and becomes visible,
+        and wakes supervisors, only when the caller commits. A job whose
+        `key` already exists is not inserted: its slot in the result holds
+        the existing job's id.
+        """
+        with self._db.transaction(connection=connection) as tx:
+            return self._rules.insert(tx, jobs, now)
 
     def job_get(self, *, id: int, history: bool = True) -> models.JobInfo | None:
+        """One job's record, with its attempt history unless `history` is False."""
         rows = self._db.statement("job_get", {"id": id}, idempotent=True).rows
         if not rows:
             return None
@@ -116,12 +128,10 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
     def job_list(
         self, *, state: str | None, queue: str | None, name: str | None, limit: int
     ) -> list[models.JobInfo]:
+        """Jobs matching every given filter, newest first."""
         params = {"state": state, "queue": queue, "name": name, "limit": limit}
         rows = self._db.statement("job_list", params, idempotent=True).rows
         return [_rows.job_info(row, self._json) for row in rows]
-
-    # job_claim and job_record_and_claim repeat base.Store's signatures: the
-    # Protocol declares the seam, and this is its one implementation.
 
     def job_claim(
         self,
@@ -132,13 +142,24 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         lease_until: float,
         now: float,
     ) -> list[models.ClaimedJob]:
+        """Atomically moves up to `count` due pending jobs to running for `owner`.
+
+        Order: priority (higher first), then run_at, then id. Skips paused
+        queues, jobs past their deadline, queues at their limit and serial
+        keys already running, counting every owner's running jobs.
+        """
         return self.job_record_and_claim(
             outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
         ).claimed
 
-    def job_record_many(self, *, outcomes: Sequence[models.Outcome], now: float) -> list[int]:
+    def job_record_many(
+        self, *, outcomes: Sequence[models.Outcome], now: float, owner: str = ""
+    ) -> list[int]:
+        """Records outcomes in one transaction, each fenced by (id, attempt)
+        and, unless `owner` is '', by its owner; returns the ids whose fence
+        failed (the attempt is no longer theirs)."""
         return self.job_record_and_claim(
-            outcomes=outcomes, owner="", queues=None, count=0, lease_until=now, now=now
+            outcomes=outcomes, owner=owner, queues=None, count=0, lease_until=now, now=now
         ).lost
 
     def job_record_and_claim(
@@ -150,18 +171,24 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         count: int,
         lease_until: float,
         now: float,
-    ) -> base.Cycle:
-        """One transaction. The claim holds the claim lock, so the running
-        counts that limits and serial keys are checked against cannot change
-        under it. Outcomes are written in id order, so that two transactions
-        touching the same rows cannot deadlock. A taken job whose row does
-        not decode is failed in the same transaction and not returned. A
-        batch whose last member this ends completes here too (`_batches`)."""
+    ) -> _claim.Cycle:
+        """`job_record_many` then `job_claim`, in one transaction: a busy
+        supervisor's loop pays one commit for both.
+
+        The claim holds the claim lock, so the running counts that limits
+        and serial keys are checked against cannot change under it. Each
+        outcome is fenced by (id, attempt) and by `owner`: an attempt handed
+        back unspent is claimed again with the same number, and an outcome of
+        the earlier claim must never land on the new one. Outcomes
+        are written in id order, so that two transactions touching the same
+        rows cannot deadlock. A taken job whose row does not decode is failed
+        in the same transaction and not returned. Both end jobs by the
+        record rule (`_rules`)."""
         if not outcomes and count <= 0:
-            return base.Cycle(lost=[], claimed=[])
+            return _claim.Cycle(lost=[], claimed=[])
         # In id order; a refused value raises here, before any SQL runs.
         records = [
-            (o.id, _rows.record_params(o, now), _sql_ops.history_params(o, now))
+            (o.id, _rows.record_params(o, now, owner), _sql_ops.history_params(o, now, owner))
             for o in sorted(outcomes, key=lambda o: o.id)
         ]
         wanted = None if queues is None else self._db.array(list(queues))
@@ -172,29 +199,29 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
                     tx.execute_each("attempt_record", histories)
                 recorded = tx.execute_each("job_record", [p for _, p, _ in records])
                 if records:
-                    ids_ = self._db.array([id_ for id_, _, _ in records])
-                    completed = _batches.queue_completion(tx, ids_, now)
+                    ended = self._rules.ending(tx, [id_ for id_, _, _ in records], now)
                 if count > 0:
                     tx.lock("claim")
                     found = tx.execute(
-                        "job_candidates", {"now": now, "queues": wanted, "limit": overfetch(count)}
+                        "job_candidates",
+                        {"now": now, "queues": wanted, "limit": _claim.overfetch(count)},
                     )
             gone = {id_ for (id_, _, _), row in zip(records, recorded, strict=True) if row is None}
-            candidates = found.fetchall() if count > 0 else []  # read before _fire writes
+            candidates = found.fetchall() if count > 0 else []  # read before `ended` writes
             if records:
-                self._fire(tx, completed, now)
+                ended()
             lost = [o.id for o in outcomes if o.id in gone]
             if count <= 0:
-                return base.Cycle(lost=lost, claimed=[])
-            ids = base.choose(
+                return _claim.Cycle(lost=lost, claimed=[])
+            ids = _claim.choose(
                 (
-                    base.Candidate(r["id"], r["queue"], r["serial_key"], r["room"])
+                    _claim.Candidate(r["id"], r["queue"], r["serial_key"], r["room"])
                     for r in candidates
                 ),
                 count=count,
             )
             if not ids:
-                return base.Cycle(lost=lost, claimed=[])
+                return _claim.Cycle(lost=lost, claimed=[])
             taken = tx.execute(
                 "job_take",
                 {
@@ -205,12 +232,12 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
                 },
             ).fetchall()
             claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
-            if len(claimed) < len(taken):  # some failed undecodable: their batches may be done
+            if len(claimed) < len(taken):  # some failed undecodable: they ended
                 held = {job.id for job in claimed}
-                self._complete_of_jobs(tx, [r["id"] for r in taken if r["id"] not in held], now)
+                self._rules.ended(tx, [r["id"] for r in taken if r["id"] not in held], now)
         order = {id_: i for i, id_ in enumerate(ids)}
         claimed.sort(key=lambda c: order[c.id])
-        return base.Cycle(lost=lost, claimed=claimed)
+        return _claim.Cycle(lost=lost, claimed=claimed)
 
     def _claimed(self, tx: _dialect.Tx, row: _rows.Row, now: float) -> models.ClaimedJob | None:
         """The job just taken in `row`, or None after failing it because its
@@ -223,39 +250,48 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
             tx.execute("job_fail_undecodable", {"id": row["id"], "error": error, "now": now})
             return None
 
-    def job_renew_leases(self, *, owner: str, lease_until: float) -> base.Renewal:
+    def job_renew_leases(self, *, owner: str, lease_until: float) -> _claim.Renewal:
+        """Extends, in one statement, the lease of every job `owner` holds."""
         params = {"owner": owner, "lease_until": lease_until}
         rows = self._db.statement("job_renew_leases", params, idempotent=True).rows
-        return base.Renewal(
+        return _claim.Renewal(
             alive={(r["id"], r["attempts"]) for r in rows},
             cancel_requested={r["id"] for r in rows if r["cancel_requested"]},
         )
 
     def job_cancel_requested(self, *, owner: str) -> set[int]:
+        """Ids of running jobs held by `owner` whose cancel was requested."""
         rows = self._db.statement("job_cancel_requested", {"owner": owner}, idempotent=True)
         return {r["id"] for r in rows.rows}
 
     def job_set_progress(
         self, *, id: int, attempt: int, text: str | None, fraction: float | None
     ) -> bool:
+        """Sets progress (fenced); False when the attempt is no longer running."""
         params = {"id": id, "attempt": attempt, "text": text, "fraction": fraction}
         return self._db.statement("job_set_progress", params).rowcount > 0
 
     def job_set_pid(self, *, id: int, attempt: int, pid: int) -> bool:
+        """Records the child running an attempt (fenced); False when it is no longer running."""
         params = {"id": id, "attempt": attempt, "pid": pid}
         return self._db.statement("job_set_pid", params).rowcount > 0
 
     def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:
+        """Saves a durable step's JSON result (fenced); False when the lease is lost."""
         text = _rows.json_text(value, f"the value of step {name!r}")
         params = {"id": id, "attempt": attempt, "name": name, "value": text}
         return self._db.statement("job_save_step", params).rowcount > 0
 
     def job_cancel(self, *, id: int, now: float) -> models.JobState:
-        """A cancelled running job wakes supervisors, so its own hears of it
-        at once rather than at its next check."""
+        """Cancels a pending job now, or flags a running one for its
+        supervisor, woken so that it hears of it at once.
+
+        Returns the job's state afterwards (``cancelled`` or ``running``).
+        Raises JobNotFound, or InvalidState for a finished job.
+        """
         with self._db.transaction() as tx:
             if tx.execute("job_cancel_pending", {"id": id, "now": now}).rowcount:
-                self._complete_of_jobs(tx, [id], now)
+                self._rules.ended(tx, [id], now)
                 return models.JobState.CANCELLED
             if tx.execute("job_cancel_running", {"id": id}).rowcount:
                 tx.notify()
@@ -264,46 +300,50 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         raise _refused(id, row, "only pending or running jobs cancel")
 
     def job_retry(self, *, id: int, now: float) -> None:
+        """Makes a failed or cancelled job pending again with attempts reset.
+        Raises JobNotFound, or InvalidState for a job in another state."""
         with self._db.transaction() as tx:
             if tx.execute("job_retry", {"id": id, "now": now}).rowcount:
-                tx.execute("batch_reopen_of_job", {"id": id})
-                tx.notify()
+                self._rules.reopened(tx, [id])
                 return
             row = tx.execute("job_state", {"id": id}).fetchone()
         raise _refused(id, row, "only failed or cancelled jobs retry")
 
     def job_rescue_expired(self, *, now: float) -> int:
-        """Writes a ``lost`` history row for each rescued attempt first, under
-        the claim lock, so that racing rescuers never both write one; completes
-        the batches it finished in the same transaction."""
+        """Running jobs whose lease passed: pending again (the attempt is
+        spent), failed if that was the last attempt, cancelled if a cancel
+        was requested. Returns how many.
+
+        Writes a ``lost`` history row for each rescued attempt first, under
+        the claim lock, so that racing rescuers never both write one."""
         with self._db.transaction() as tx:
             tx.lock("claim")
             tx.execute("attempt_record_lost", {"now": now})
             ids = [r["id"] for r in tx.execute("job_rescue_expired", {"now": now}).fetchall()]
-            self._complete_of_jobs(tx, ids, now)
+            self._rules.ended(tx, ids, now)
         return len(ids)
 
     def job_owners_running(self, *, host: str) -> list[str]:
+        """Owners (``host:pid:token``) on `host` that hold running jobs."""
         params = {"prefix": f"{host}:"}
         rows = self._db.statement("job_owners_running", params, idempotent=True).rows
         return [str(r["owner"]) for r in rows]
 
     def job_expire_owner(self, *, owner: str, until: float) -> int:
+        """Brings the leases of `owner`'s running jobs forward to `until` (it
+        is gone), so that a rescue at or after `until` takes them."""
         params = {"owner": owner, "until": until}
         return self._db.statement("job_expire_owner", params).rowcount
 
     def job_fail_past_deadline(self, *, now: float) -> int:
-        return self._end_many("job_fail_past_deadline", now)
-
-    def _end_many(self, name: str, now: float) -> int:
-        """Runs `name`, which may end jobs and returns their ids, and
-        completes the batches it finished in the same transaction."""
+        """Pending jobs past their deadline fail with "passed its deadline"."""
         with self._db.transaction() as tx:
-            ids = [r["id"] for r in tx.execute(name, {"now": now}).fetchall()]
-            self._complete_of_jobs(tx, ids, now)
-        return len(ids)
+            rows = tx.execute("job_fail_past_deadline", {"now": now}).fetchall()
+            self._rules.ended(tx, [r["id"] for r in rows], now)
+        return len(rows)
 
     def job_prune(self, *, states: Iterable[str], before: float, limit: int) -> int:
+        """Deletes up to `limit` jobs in `states` finished before `before`."""
         wanted = self._db.array([s for s in states if s in _STATES])
         params = {"states": wanted, "before": before, "limit": limit}
         with self._db.transaction() as tx:
@@ -319,9 +359,14 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         limit: int,
         handler_job: Callable[[models.JobInfo, str], models.NewJob],
     ) -> int:
-        """Marks each unhandled give-up and enqueues its handler in one
-        transaction. A row another sweeper marked first (mark changes
-        nothing) is skipped, so each handler is enqueued once."""
+        """Enqueues the on_failure handler of up to `limit` jobs that gave up;
+        returns how many.
+
+        In one transaction: the handler job built by `handler_job(info,
+        handler_name)` is inserted and the failed job marked. A row another
+        sweeper marked first (mark changes nothing) is skipped, so each
+        handler is enqueued once; a job whose handler can't be built (it
+        raised) is marked and skipped."""
         handled = 0
         with self._db.transaction() as tx:
             for row in tx.execute("job_failures_unhandled", {"limit": limit}).fetchall():
@@ -335,37 +380,11 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
                 except (errors.ProcqueueError, _rows.Undecodable) as exc:
                     log.error("job %s: on_failure handler not enqueued: %s", row["id"], exc)
                     continue
-                self._insert(tx, [job], now)
+                self._rules.insert(tx, [job], now)
                 handled += 1
         return handled
 
     def chore_claim(self, *, name: str, every: float, now: float) -> bool:
+        """True for exactly one caller per `every` seconds, cluster-wide."""
         params = {"name": name, "every": every, "now": now}
         return self._db.statement("chore_claim", params).rowcount > 0
-
-    # -- queues -----------------------------------------------------------
-
-    def queue_set_limit(
-        self, *, queue: str, limit: int | None, by: str | None = None, now: float | None = None
-    ) -> None:
-        params = {"queue": queue, "limit": limit, "by": by, "now": now}
-        self._db.statement("queue_set_limit", params)
-
-    def queue_set_paused(self, *, queue: str, paused: bool) -> None:
-        """Resuming wakes supervisors: the queue's due jobs start now, not at the next poll."""
-        with self._db.transaction() as tx:
-            tx.execute("queue_set_paused", {"queue": queue, "paused": paused})
-            if not paused:
-                tx.notify()
-
-    def queue_list(self, *, now: float) -> list[models.QueueInfo]:
-        settings = self._db.statement("queue_limits", {}, idempotent=True).rows
-        counts = self._db.statement("queue_counts", {}, idempotent=True).rows
-        return base.queue_infos(
-            settings={
-                name: (limit, paused, by, at)
-                for name, limit, paused, by, at in filter(None, map(_rows.queue_setting, settings))
-            },
-            counts=filter(None, map(_rows.queue_count, counts)),
-            now=now,
-        )

@@ -1,6 +1,6 @@
-"""The operators' side of the SQL store (issue 14): every attempt's history,
-the supervisors' heartbeat rows, queue limits as managed settings, and
-retry or cancel by filter.
+"""The operators' side of the SQL store: every attempt's history, the
+supervisors' heartbeat rows, queues (pause, limits as managed settings,
+counts), and count, retry or cancel by filter.
 
 A mixin of `_sql.SqlStore`, over the same dialect and the same named
 queries. Rows read here are untrusted like every other row (`_rows`): a
@@ -10,13 +10,13 @@ or skipped, never raised.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import Any, TypedDict, Unpack
 
 import msgspec
 
 from procqueue import models
-from procqueue.store import _dialect, _rows
+from procqueue.store import _dialect, _rows, _rules
 
 SUPERVISOR_FORGET_S = 86400.0
 """A supervisor row silent this long is deleted (its process is long gone)."""
@@ -24,8 +24,9 @@ SUPERVISOR_FORGET_S = 86400.0
 _STATES = frozenset(s.value for s in models.JobState)
 
 
-def history_params(o: models.Outcome, now: float) -> dict[str, Any] | None:
-    """The ``attempt_record`` parameters of `o`, or None when it writes no history."""
+def history_params(o: models.Outcome, now: float, owner: str = "") -> dict[str, Any] | None:
+    """The ``attempt_record`` parameters of `o` (fenced by `owner` unless it is ''),
+    or None when it writes no history."""
     if o.history is None:
         return None
     return {
@@ -39,6 +40,7 @@ def history_params(o: models.Outcome, now: float) -> dict[str, Any] | None:
         "error": None if o.error is None else models.cap_error(o.error),
         "peak_memory": o.peak_memory,
         "now": now,
+        "owner": owner,
     }
 
 
@@ -101,11 +103,44 @@ def supervisor_info(row: _rows.Row, json_type: type, now: float) -> models.Super
         return None
 
 
+def queue_infos(
+    *,
+    settings: dict[str, tuple[int | None, bool, str | None, float | None]],
+    counts: Iterable[tuple[str, str, int, float | None]],
+    now: float,
+) -> list[models.QueueInfo]:
+    """Folds per-(queue, state) counts and queue settings into QueueInfo rows."""
+    per: dict[str, dict[str, Any]] = {}
+    for name, (limit, paused, by, at) in settings.items():
+        per[name] = {"name": name, "limit": limit, "paused": paused, "limit_by": by}
+        if at is not None:
+            per[name]["limit_at"] = models.to_datetime(at)
+    for queue, state, n, oldest in counts:
+        row = per.setdefault(queue, {"name": queue, "limit": None, "paused": False})
+        row[state] = n
+        # the due pending job that waits longest: since its run_at (not its creation);
+        # None when every pending job is delayed into the future
+        if state == models.JobState.PENDING and oldest is not None:
+            row["oldest_pending_age"] = max(0.0, now - oldest)
+    return [msgspec.convert(per[name], models.QueueInfo) for name in sorted(per)]
+
+
+class Where(TypedDict):
+    """The filters of the by-filter methods: jobs in `states` matching every
+    one given (None: any), created at or after `since`."""
+
+    states: Sequence[str]
+    queue: str | None
+    name: str | None
+    since: float | None
+
+
 class OpsStore:
     """Operators' methods of `SqlStore` (see the module docstring)."""
 
     _db: _dialect.Dialect
     _json: type[str] | type[bytes]
+    _rules: _rules.Rules
 
     # -- attempt history -----------------------------------------------------
 
@@ -160,7 +195,34 @@ class OpsStore:
         found = (supervisor_info(row, self._json, now) for row in rows)
         return [s for s in found if s is not None]
 
-    # -- queue limits ----------------------------------------------------------
+    # -- queues ------------------------------------------------------------------
+
+    def queue_set_limit(
+        self, *, queue: str, limit: int | None, by: str | None = None, now: float | None = None
+    ) -> None:
+        """Sets (None: clears) `queue`'s limit; `by` says who, for ``procqueue queues``."""
+        params = {"queue": queue, "limit": limit, "by": by, "now": now}
+        self._db.statement("queue_set_limit", params)
+
+    def queue_set_paused(self, *, queue: str, paused: bool) -> None:
+        """Resuming wakes supervisors: the queue's due jobs start now, not at the next poll."""
+        with self._db.transaction() as tx:
+            tx.execute("queue_set_paused", {"queue": queue, "paused": paused})
+            if not paused:
+                tx.notify()
+
+    def queue_list(self, *, now: float) -> list[models.QueueInfo]:
+        """Every queue that has jobs or settings, with counts per state."""
+        settings = self._db.statement("queue_limits", {}, idempotent=True).rows
+        counts = self._db.statement("queue_counts", {"now": now}, idempotent=True).rows
+        return queue_infos(
+            settings={
+                name: (limit, paused, by, at)
+                for name, limit, paused, by, at in filter(None, map(_rows.queue_setting, settings))
+            },
+            counts=filter(None, map(_rows.queue_count, counts)),
+            now=now,
+        )
 
     def queue_init_limit(
         self, *, queue: str, limit: int, by: str, now: float
@@ -178,53 +240,31 @@ class OpsStore:
 
     # -- by filter ---------------------------------------------------------------
 
-    def _where(
-        self, states: Sequence[str], queue: str | None, name: str | None, since: float | None
-    ) -> dict[str, Any]:
-        wanted = self._db.array([s for s in states if s in _STATES])
-        return {"states": wanted, "queue": queue, "name": name, "since": since}
+    def _where(self, where: Where) -> dict[str, Any]:
+        wanted = self._db.array([s for s in where["states"] if s in _STATES])
+        return {**where, "states": wanted}
 
-    def job_count_where(
-        self, *, states: Sequence[str], queue: str | None, name: str | None, since: float | None
-    ) -> int:
-        """How many jobs in `states` match every filter given (since: created at or after)."""
-        params = self._where(states, queue, name, since)
-        rows = self._db.statement("job_count_where", params, idempotent=True).rows
+    def job_count_where(self, **where: Unpack[Where]) -> int:
+        """How many jobs match the filters."""
+        rows = self._db.statement("job_count_where", self._where(where), idempotent=True).rows
         return int(rows[0]["n"])
 
-    def job_retry_where(
-        self,
-        *,
-        states: Sequence[str],
-        queue: str | None,
-        name: str | None,
-        since: float | None,
-        now: float,
-    ) -> int:
-        """`job_retry` for every failed or cancelled job in `states` matching
-        the filters, in one statement; returns how many."""
-        params = {**self._where(states, queue, name, since), "now": now}
+    def job_retry_where(self, *, now: float, **where: Unpack[Where]) -> int:
+        """`job_retry` for every failed or cancelled job matching the
+        filters; returns how many."""
         with self._db.transaction() as tx:
-            n = int(tx.execute("job_retry_where", params).rowcount)
-            if n:
-                tx.notify()
-        return n
+            rows = tx.execute("job_retry_where", {**self._where(where), "now": now}).fetchall()
+            self._rules.reopened(tx, [r["id"] for r in rows])
+        return len(rows)
 
-    def job_cancel_where(
-        self,
-        *,
-        states: Sequence[str],
-        queue: str | None,
-        name: str | None,
-        since: float | None,
-        now: float,
-    ) -> tuple[int, int]:
-        """`job_cancel` for every pending or running job in `states` matching
-        the filters; returns (cancelled now, running ones flagged)."""
-        params = {**self._where(states, queue, name, since), "now": now}
+    def job_cancel_where(self, *, now: float, **where: Unpack[Where]) -> tuple[int, int]:
+        """`job_cancel` for every pending or running job matching the
+        filters; returns (cancelled now, running ones flagged)."""
+        params = {**self._where(where), "now": now}
         with self._db.transaction() as tx:
-            cancelled = int(tx.execute("job_cancel_pending_where", params).rowcount)
+            rows = tx.execute("job_cancel_pending_where", params).fetchall()
             flagged = int(tx.execute("job_cancel_running_where", params).rowcount)
             if flagged:
                 tx.notify()
-        return cancelled, flagged
+            self._rules.ended(tx, [r["id"] for r in rows], now)
+        return len(rows), flagged

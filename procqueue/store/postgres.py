@@ -15,6 +15,7 @@ one-line `errors.StoreError`s.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import select
 import time
@@ -51,6 +52,18 @@ class _RawJson(Loader):
 
     def load(self, data: Buffer) -> bytes:
         return bytes(data)
+
+
+class _PipelineEndNoise(logging.Filter):
+    """Drops psycopg's warning that a pipeline could not be ended after a
+    statement in it failed: that statement's own error leaves the store as
+    the one report of the lost connection."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("error ignored terminating")
+
+
+logging.getLogger("psycopg").addFilter(_PipelineEndNoise())
 
 
 def _first_line(exc: BaseException) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import sqlite3
 import threading
 import time
@@ -72,9 +73,13 @@ class SqliteDialect:
     backend = "sqlite"
     json_type = str
 
-    def __init__(self, path: str, *, busy_timeout: float) -> None:
+    def __init__(self, path: str, *, busy_timeout: float, create: bool = True) -> None:
         self.path = path
         self.where = f"SQLite {path}"
+        if not create and not os.path.isfile(path):
+            raise errors.StoreError(
+                f"no SQLite database at {path!r} (procqueue migrate creates one; check the DSN)"
+            )
         try:
             self._db = sqlite3.connect(
                 path, timeout=busy_timeout, isolation_level=None, check_same_thread=False
@@ -179,6 +184,8 @@ class SqliteStore(_sql.SqlStore):
             lock before it fails with StoreError.
     """
 
-    def __init__(self, path: str, *, busy_timeout: float = BUSY_TIMEOUT_DEFAULT) -> None:
+    def __init__(
+        self, path: str, *, busy_timeout: float = BUSY_TIMEOUT_DEFAULT, create: bool = True
+    ) -> None:
         self.path = path
-        super().__init__(SqliteDialect(path, busy_timeout=busy_timeout))
+        super().__init__(SqliteDialect(path, busy_timeout=busy_timeout, create=create))

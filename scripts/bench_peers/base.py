@@ -15,9 +15,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+import bench_jobs
 
 SCRIPTS = Path(__file__).resolve().parent.parent
 PG_HOST = "127.0.0.1"
@@ -30,6 +33,22 @@ REDIS_URL = "redis://127.0.0.1:6379/9"
 
 Job = dict[str, Any]
 """A job's keyword arguments, e.g. ``{"seq": 3}``."""
+
+SHARED_JOBS: dict[str, Callable[..., None]] = {
+    "noop": bench_jobs.noop,
+    "gate": bench_jobs.gate,
+    "cpu": bench_jobs.cpu,
+    "crashy": bench_jobs.crashy,
+}
+"""The job bodies of the shared workloads by kind; every system knows a kind's
+job as ``bench.<kind>``."""
+
+
+def register_jobs(task: Callable[[str], Callable[[Callable[..., None]], Any]]) -> dict[str, Any]:
+    """Registers each shared job body under ``bench.<kind>`` with `task`, a
+    system's decorator for a job name (e.g. ``lambda name: app.task(name=name)``);
+    returns what the system made of each, by kind."""
+    return {kind: task(f"bench.{kind}")(body) for kind, body in SHARED_JOBS.items()}
 
 
 def bin_path(name: str) -> str:
@@ -173,6 +192,34 @@ class Adapter:
             except subprocess.TimeoutExpired:
                 pass
         self.procs.clear()
+
+
+@dataclass
+class RedisAdapter(Adapter):
+    """A system on the benchmark's own Redis database, flushed before and after a run."""
+
+    store: ClassVar[str] = "redis"
+
+    def setup(self) -> None:
+        flush_redis()
+
+    def teardown(self) -> None:
+        flush_redis()
+
+
+@dataclass
+class PgSchemaAdapter(Adapter):
+    """A system in a schema of its own in the benchmark database, created fresh for
+    a run and dropped after it."""
+
+    store: ClassVar[str] = "postgres"
+    schema: ClassVar[str] = ""
+
+    def setup(self) -> None:
+        fresh_pg_schema(self.schema)
+
+    def teardown(self) -> None:
+        drop_pg_schema(self.schema)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: int) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import bench_jobs
 from celery import Celery
 
 from bench_peers import base
@@ -23,41 +22,17 @@ app.conf.update(
 )
 
 
-@app.task(name="bench.noop")
-def noop(seq: int) -> None:
-    bench_jobs.noop(seq)
-
-
-@app.task(name="bench.gate")
-def gate(seq: int) -> None:
-    bench_jobs.gate(seq)
-
-
-@app.task(name="bench.cpu")
-def cpu(seq: int, n: int) -> None:
-    bench_jobs.cpu(seq, n)
-
-
-@app.task(name="bench.crashy")
-def crashy(seq: int, crash: bool) -> None:
-    bench_jobs.crashy(seq, crash)
-
-
-TASKS = {"noop": noop, "gate": gate, "cpu": cpu, "crashy": crashy}
+TASKS = base.register_jobs(lambda name: app.task(name=name))
 
 
 @dataclass
-class CeleryAdapter(base.Adapter):
+class CeleryAdapter(base.RedisAdapter):
     name: ClassVar[str] = "celery"
     title: ClassVar[str] = "Celery (prefork, concurrency 2, Redis broker)"
-    store: ClassVar[str] = "redis"
     packages: ClassVar[tuple[str, ...]] = ("celery", "kombu", "redis")
     notes: ClassVar[str] = (
         "results off; default prefetch (4 per process); no batch API: apply_async per job"
     )
-
-    def setup(self) -> None:
-        base.flush_redis()
 
     def start(self) -> None:
         self.spawn(
@@ -82,6 +57,3 @@ class CeleryAdapter(base.Adapter):
 
     def close_client(self) -> None:
         app.close()
-
-    def teardown(self) -> None:
-        base.flush_redis()

@@ -7,9 +7,8 @@ set to 1 s (default 10 s) so a segfaulting job costs the least time.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import bench_jobs
 from huey import RedisHuey
 
 from bench_peers import base
@@ -17,57 +16,25 @@ from bench_peers import base
 huey = RedisHuey("bench", url=base.REDIS_URL, results=False)
 
 
-@huey.task(name="bench.noop")
-def noop(seq: int) -> None:
-    bench_jobs.noop(seq)
+def consumer_argv(instance: str, slots: int, *options: str) -> list[str]:
+    """``huey_consumer`` for the Huey at `instance` (``module.attribute``): `slots`
+    worker processes, a health check every second, quiet; then `options`."""
+    argv = [base.bin_path("huey_consumer"), instance, "-w", str(slots), "-k", "process"]
+    return [*argv, "-c", "1", *options, "-q"]
 
 
-@huey.task(name="bench.gate")
-def gate(seq: int) -> None:
-    bench_jobs.gate(seq)
-
-
-@huey.task(name="bench.cpu")
-def cpu(seq: int, n: int) -> None:
-    bench_jobs.cpu(seq, n)
-
-
-@huey.task(name="bench.crashy")
-def crashy(seq: int, crash: bool) -> None:
-    bench_jobs.crashy(seq, crash)
-
-
-TASKS: dict[str, Any] = {"noop": noop, "gate": gate, "cpu": cpu, "crashy": crashy}
+TASKS = base.register_jobs(lambda name: huey.task(name=name))
 
 
 @dataclass
-class HueyAdapter(base.Adapter):
+class HueyAdapter(base.RedisAdapter):
     name: ClassVar[str] = "huey-redis"
     title: ClassVar[str] = "Huey (consumer -w 2 -k process, Redis)"
-    store: ClassVar[str] = "redis"
     packages: ClassVar[tuple[str, ...]] = ("huey", "redis")
     notes: ClassVar[str] = "health check every 1 s (-c 1); no batch API: one call per job"
 
-    def setup(self) -> None:
-        base.flush_redis()
-
     def start(self) -> None:
-        self.spawn(
-            [
-                base.bin_path("huey_consumer"),
-                "bench_peers.huey_peer.huey",
-                "-w",
-                str(self.slots),
-                "-k",
-                "process",
-                "-c",
-                "1",
-                "-q",
-            ]
-        )
+        self.spawn(consumer_argv("bench_peers.huey_peer.huey", self.slots))
 
     def enqueue(self, kind: str, job: base.Job) -> None:
         TASKS[kind](**job)
-
-    def teardown(self) -> None:
-        base.flush_redis()

@@ -12,13 +12,13 @@ jobs. Health check every 1 s as for Huey on Redis.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import bench_jobs
 from huey.contrib.sql_huey import SqlHuey
 from peewee import PostgresqlDatabase
 
 from bench_peers import base
+from bench_peers.huey_peer import consumer_argv
 
 SCHEMA = "bench_huey"
 POLL_S = 0.005
@@ -32,34 +32,14 @@ database = PostgresqlDatabase(
 huey = SqlHuey("bench", database=database, create_tables=False, results=False)
 
 
-@huey.task(name="bench.noop")
-def noop(seq: int) -> None:
-    bench_jobs.noop(seq)
-
-
-@huey.task(name="bench.gate")
-def gate(seq: int) -> None:
-    bench_jobs.gate(seq)
-
-
-@huey.task(name="bench.cpu")
-def cpu(seq: int, n: int) -> None:
-    bench_jobs.cpu(seq, n)
-
-
-@huey.task(name="bench.crashy")
-def crashy(seq: int, crash: bool) -> None:
-    bench_jobs.crashy(seq, crash)
-
-
-TASKS: dict[str, Any] = {"noop": noop, "gate": gate, "cpu": cpu, "crashy": crashy}
+TASKS = base.register_jobs(lambda name: huey.task(name=name))
 
 
 @dataclass
-class HueyPgAdapter(base.Adapter):
+class HueyPgAdapter(base.PgSchemaAdapter):
     name: ClassVar[str] = "huey-pg"
     title: ClassVar[str] = "Huey (consumer -w 2 -k process, SqlHuey on PostgreSQL)"
-    store: ClassVar[str] = "postgres"
+    schema: ClassVar[str] = SCHEMA
     packages: ClassVar[tuple[str, ...]] = ("huey", "peewee", "psycopg2-binary")
     notes: ClassVar[str] = (
         f"SQL storage (peewee, psycopg2); idle workers poll every {POLL_S * 1000:.0f} ms "
@@ -67,29 +47,17 @@ class HueyPgAdapter(base.Adapter):
     )
 
     def setup(self) -> None:
-        base.fresh_pg_schema(SCHEMA)
+        super().setup()
         huey.storage.create_tables()
         huey.storage.close()
 
     def start(self) -> None:
         self.spawn(
-            [
-                base.bin_path("huey_consumer"),
+            consumer_argv(
                 "bench_peers.huey_pg_peer.huey",
-                "-w",
-                str(self.slots),
-                "-k",
-                "process",
-                "-c",
-                "1",
-                "-d",
-                str(POLL_S),
-                "-m",
-                str(POLL_S),
-                "-b",
-                "1",
-                "-q",
-            ]
+                self.slots,
+                *("-d", str(POLL_S), "-m", str(POLL_S), "-b", "1"),
+            )
         )
 
     def enqueue(self, kind: str, job: base.Job) -> None:
@@ -97,6 +65,3 @@ class HueyPgAdapter(base.Adapter):
 
     def close_client(self) -> None:
         huey.storage.close()
-
-    def teardown(self) -> None:
-        base.drop_pg_schema(SCHEMA)

@@ -74,10 +74,10 @@ async def create() -> AsyncIterator[Any]:
 
 
 @dataclass
-class PgqueuerAdapter(base.Adapter):
+class PgqueuerAdapter(base.PgSchemaAdapter):
     name: ClassVar[str] = "pgqueuer"
     title: ClassVar[str] = "pgqueuer (pgqueuer.run, max_concurrent_tasks=2, PostgreSQL)"
-    store: ClassVar[str] = "postgres"
+    schema: ClassVar[str] = SCHEMA
     packages: ClassVar[tuple[str, ...]] = ("pgqueuer", "asyncpg", "psycopg")
     batch_api: ClassVar[str | None] = "SyncQueries.enqueue(lists)"
     notes: ClassVar[str] = (
@@ -97,7 +97,7 @@ class PgqueuerAdapter(base.Adapter):
         return dict(super().env(), PGQUEUER_SCHEMA=SCHEMA)
 
     def setup(self) -> None:
-        base.fresh_pg_schema(SCHEMA)
+        super().setup()
         subprocess.run(
             [base.bin_path("pgq"), "--pg-dsn", base.PG_DSN, "--schema", SCHEMA, "install"],
             env=self.env(),
@@ -142,9 +142,6 @@ class PgqueuerAdapter(base.Adapter):
         if self._conn is not None:
             self._conn.close()
         self._conn = self._queries = None
-
-    def teardown(self) -> None:
-        base.drop_pg_schema(SCHEMA)
 
 
 @dataclass

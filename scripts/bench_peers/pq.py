@@ -19,26 +19,7 @@ from procqueue import App, Context
 app = App()
 POLL_S = 0.5
 SCHEMA = "bench_procqueue"
-
-
-@app.job(name="bench.noop", max_attempts=1)
-def noop(seq: int) -> None:
-    bench_jobs.noop(seq)
-
-
-@app.job(name="bench.gate", max_attempts=1)
-def gate(seq: int) -> None:
-    bench_jobs.gate(seq)
-
-
-@app.job(name="bench.cpu", max_attempts=1)
-def cpu(seq: int, n: int) -> None:
-    bench_jobs.cpu(seq, n)
-
-
-@app.job(name="bench.crashy", max_attempts=1)
-def crashy(seq: int, crash: bool) -> None:
-    bench_jobs.crashy(seq, crash)
+TASKS = base.register_jobs(lambda name: app.job(name=name, max_attempts=1))
 
 
 @app.job(name="bench.sleep", max_attempts=1)
@@ -124,18 +105,12 @@ class ProcqueueSqlite(_Procqueue):
 
 
 @dataclass
-class ProcqueuePg(_Procqueue):
+class ProcqueuePg(base.PgSchemaAdapter, _Procqueue):
     name: ClassVar[str] = "procqueue-pg"
     title: ClassVar[str] = "procqueue (PostgreSQL, supervisor process, 2 children)"
-    store: ClassVar[str] = "postgres"
+    schema: ClassVar[str] = SCHEMA
     notes: ClassVar[str] = f"LISTEN/NOTIFY wake-up, --poll {POLL_S}"
 
     @property
     def dsn(self) -> str:
         return f"{base.PG_DSN}?schema={SCHEMA}"
-
-    def setup(self) -> None:
-        base.fresh_pg_schema(SCHEMA)
-
-    def teardown(self) -> None:
-        base.drop_pg_schema(SCHEMA)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import subprocess
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
-import bench_jobs
 import procrastinate
 
 from bench_peers import base
@@ -21,41 +20,21 @@ APP_PATH = "bench_peers.procrastinate_peer.app"
 app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=base.pg_conninfo(SCHEMA)))
 
 
-@app.task(name="bench.noop")
-def noop(seq: int) -> None:
-    bench_jobs.noop(seq)
-
-
-@app.task(name="bench.gate")
-def gate(seq: int) -> None:
-    bench_jobs.gate(seq)
-
-
-@app.task(name="bench.cpu")
-def cpu(seq: int, n: int) -> None:
-    bench_jobs.cpu(seq, n)
-
-
-@app.task(name="bench.crashy")
-def crashy(seq: int, crash: bool) -> None:
-    bench_jobs.crashy(seq, crash)
-
-
-TASKS: dict[str, Any] = {"noop": noop, "gate": gate, "cpu": cpu, "crashy": crashy}
+TASKS = base.register_jobs(lambda name: app.task(name=name))
 
 
 @dataclass
-class ProcrastinateAdapter(base.Adapter):
+class ProcrastinateAdapter(base.PgSchemaAdapter):
     name: ClassVar[str] = "procrastinate"
     title: ClassVar[str] = "procrastinate (worker --concurrency 2, PostgreSQL)"
-    store: ClassVar[str] = "postgres"
+    schema: ClassVar[str] = SCHEMA
     packages: ClassVar[tuple[str, ...]] = ("procrastinate", "psycopg")
     batch_api: ClassVar[str | None] = "Task.batch_defer"
     notes: ClassVar[str] = "one asyncio process; sync jobs run in its threads"
     _open: bool = False
 
     def setup(self) -> None:
-        base.fresh_pg_schema(SCHEMA)
+        super().setup()
         subprocess.run(
             [base.bin_path("procrastinate"), "--app", APP_PATH, "schema", "--apply"],
             env=self.env(),
@@ -94,6 +73,3 @@ class ProcrastinateAdapter(base.Adapter):
         if self._open:
             app.close()
             self._open = False
-
-    def teardown(self) -> None:
-        base.drop_pg_schema(SCHEMA)

@@ -11,26 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import bench_jobs
 import redis
 from rq import Queue
 
 from bench_peers import base
 
 QUEUE = "bench"
-FUNCS = {
-    "noop": bench_jobs.noop,
-    "gate": bench_jobs.gate,
-    "cpu": bench_jobs.cpu,
-    "crashy": bench_jobs.crashy,
-}
+FUNCS = base.SHARED_JOBS
 
 
 @dataclass
-class RqAdapter(base.Adapter):
+class RqAdapter(base.RedisAdapter):
     name: ClassVar[str] = "rq"
     title: ClassVar[str] = "RQ (worker-pool -n 2, fork per job, Redis)"
-    store: ClassVar[str] = "redis"
     packages: ClassVar[tuple[str, ...]] = ("rq", "redis")
     batch_api: ClassVar[str | None] = "Queue.enqueue_many"
     notes: ClassVar[str] = "default Worker class: a forked work horse per job"
@@ -41,9 +34,6 @@ class RqAdapter(base.Adapter):
         if self._queue is None:
             self._queue = Queue(QUEUE, connection=redis.Redis.from_url(base.REDIS_URL))
         return self._queue
-
-    def setup(self) -> None:
-        base.flush_redis()
 
     def start(self) -> None:
         self.spawn(
@@ -76,6 +66,3 @@ class RqAdapter(base.Adapter):
         if self._queue is not None:
             self._queue.connection.close()
             self._queue = None
-
-    def teardown(self) -> None:
-        base.flush_redis()

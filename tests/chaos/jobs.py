@@ -231,12 +231,12 @@ def tick(cx: Context) -> int:
     return cx.id
 
 
-# -- batches (issue 15): the chaos batch's handlers, run like any job ----------------
+# -- batches: the chaos batch's handlers, run like any job ----------------------------
 
 
 @app.job(max_attempts=PATIENT, backoff=BACKOFF)
 def batch_done(cx: Context, info: BatchInfo) -> int:
-    """on_complete and on_success of the chaos batch (tests/chaos/batches.py)."""
+    """on_complete and on_success of the chaos batch (scripts/chaoskit/batch.py)."""
     record(cx, "start", f"batch {info.id} {info.state}")
     record(cx, "end")
     return info.total

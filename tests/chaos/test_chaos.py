@@ -26,7 +26,7 @@ LEASE = 3.0
 STALL_S = (5.0, 8.0)
 FREEZE_S = LEASE + 2
 BATCH_MEMBERS = 300
-"""Cheap jobs enqueued as one batch (issue 15), beside the JOBS."""
+"""Cheap jobs enqueued as one batch, beside the JOBS."""
 
 
 def run_chaos(backend: str, tmp_path: Path, *extra: str) -> dict[str, Any]:

@@ -21,7 +21,8 @@ import pytest
 
 from procqueue import JobState, StoreError
 from procqueue.testing import wait_until
-from tests.chaos import cluster, harness, procfs
+from scripts.chaoskit.flood import flood_check
+from tests.chaos import cluster, procfs
 from tests.chaos.hostile import app as hostile_app
 
 SPEC = "tests.chaos.hostile"
@@ -253,7 +254,7 @@ def test_sqlite_on_a_full_filesystem_the_error_says_the_disk_is_full(tmp_path: P
 def test_a_child_flooding_stdout_for_10_s_leaves_the_supervisor_memory_bounded(
     tmp_path: Path,
 ) -> None:
-    figures = harness.flood_check("sqlite", 10.0, tmp_path, say=lambda _: None)
+    figures = flood_check("sqlite", 10.0, tmp_path, say=lambda _: None)
     print(figures["summary"])
     assert all(isinstance(b, int) and b > 50_000_000 for b in figures["bytes_written"]), figures
     assert figures["rss_peak_mb"] - figures["rss_before_mb"] < 64, figures

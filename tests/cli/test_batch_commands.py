@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from procqueue import cli, models
-from procqueue._batch_commands import bar, eta, rate
+from procqueue import models
+from procqueue.cli import main as cli
+from procqueue.cli.batches import bar, eta, rate
 from procqueue.store.base import Store
 from tests.jobs import batches
 from tests.store.factories import claim

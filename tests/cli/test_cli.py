@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,9 +18,15 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from procqueue import App, _commands, cli, config, models, supervisor
+from procqueue import App, StoreError, models
+from procqueue.cli import commands as _commands
+from procqueue.cli import main as cli
+from procqueue.cli import render
 from procqueue.store.base import SCHEMA_VERSION
+from procqueue.supervisor import loop as supervisor
+from procqueue.supervisor import settings as config
 from procqueue.testing import wait_until
+from tests.helpers import free_port
 from tests.jobs import basic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,16 +68,12 @@ def run(capsys: pytest.CaptureFixture[str]) -> Run:
 
 @pytest.fixture
 def app(dsn: str) -> Iterator[App]:
-    """An App on the test database, for checking what the CLI wrote."""
+    """An App on the test database (migrated, as a producer or supervisor
+    leaves it), for checking what the CLI wrote."""
     a = App(dsn)
+    a.store  # noqa: B018 - reading commands never migrate: the schema exists first
     yield a
     a.close()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def enqueue(run: Run, dsn: str, *extra: str, args: str = '{"a": 1, "b": 2}') -> int:
@@ -198,7 +199,7 @@ def test_cancel_and_retry(run: Run, dsn: str, app: App) -> None:
 
 
 @pytest.mark.parametrize("command", ["show", "cancel", "retry"])
-def test_unknown_id_fails_with_exit_1(run: Run, dsn: str, command: str) -> None:
+def test_unknown_id_fails_with_exit_1(run: Run, dsn: str, app: App, command: str) -> None:
     code, out, err = run(command, "12345", "--dsn", dsn)
     assert (code, out) == (1, "")
     assert_one_error_line(err)
@@ -353,10 +354,11 @@ def test_supervise_options_become_settings(
     "argv",
     [
         ["enqueue", "tests.jobs.basic.nope"],
-        ["enqueue", "no_such_module.job"],
         ["enqueue", "nojobname"],
         ["enqueue", ADD, "--args", "{not json"],
-        ["enqueue", ADD, "--args", "[1, 2]"],
+        ["enqueue", ADD, "--args", '{"a": ' + "[" * 100_000 + "]" * 100_000 + ', "b": 1}'],
+        ["enqueue", ADD, "--args", "[1, 2, 3]"],
+        ["enqueue", ADD, "--args", "7"],
         ["enqueue", ADD, "--args", '{"a": 1}'],
         ["enqueue", ADD, "--args", '{"a": 1, "b": 2, "c": 3}'],
         ["enqueue", ADD, "--args", '{"a": 1, "b": 2}', "--delay", "-1"],
@@ -380,6 +382,83 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(
     assert (code, out) == (2, "")
     assert_one_error_line(err)
     assert app.jobs() == []
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["show", "99999999999999999999"],
+        ["show", "0"],
+        ["cancel", "99999999999999999999"],
+        ["retry", "-5"],
+        ["batch", "show", "99999999999999999999"],
+    ],
+)
+def test_an_id_no_job_can_have_is_not_found(run: Run, dsn: str, app: App, argv: list[str]) -> None:
+    """The same one line on both backends (past 64 bits a driver would overflow)."""
+    code, out, err = run(*argv, "--dsn", dsn)
+    assert (code, out) == (1, "")
+    assert "no job" in err or "no batch" in err
+    assert_one_error_line(err)
+
+
+@pytest.mark.parametrize(
+    ("given", "module"), [("tasks.py", "tasks"), ("./app/tasks.py", "app.tasks")]
+)
+def test_a_module_given_as_a_file_gets_a_hint(run: Run, given: str, module: str) -> None:
+    code, out, err = run("supervise", given)
+    assert (code, out) == (1, "")
+    assert_one_error_line(err)
+    assert f"name its module instead, e.g. {module!r}" in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["jobs"], ["show", "1"], ["stats"], ["queues"], ["supervisors"], ["batches"]],
+)
+def test_reading_commands_never_create_or_migrate(
+    run: Run, dsn: str, tmp_path: Path, argv: list[str]
+) -> None:
+    """A mistyped DSN is an error, not an empty queue: a reading command on a
+    database without procqueue's schema says so and leaves it as it is."""
+    target = f"sqlite:///{tmp_path}/typo.db" if dsn.startswith("sqlite") else dsn
+    code, out, err = run(*argv, "--dsn", target)
+    assert (code, out) == (1, "")
+    assert_one_error_line(err)
+    assert "procqueue migrate" in err
+    if dsn.startswith("sqlite"):
+        assert not (tmp_path / "typo.db").exists()
+    else:
+        probe = App(dsn)
+        probe.migrate = False
+        with pytest.raises(StoreError, match="no procqueue schema"):
+            probe.jobs()
+    assert run("migrate", "--dsn", target)[0] == 0
+    assert run("jobs", "--dsn", target) == (0, "", "no jobs\n")  # migrated: now it reads
+
+
+def test_args_as_a_json_list_are_positional(run: Run, dsn: str, app: App) -> None:
+    code, out, err = run("enqueue", ADD, "--args", "[2, 2]", "--dsn", dsn)
+    assert (code, err) == (0, "")
+    assert app.get(int(out)).args == {"a": 2, "b": 2}
+    code, out, err = run("enqueue", "no_such_module.fetch", "--args", "[1]", "--dsn", dsn)
+    assert (code, out) == (2, "")
+    assert "needs the job's code" in err
+
+
+def test_enqueue_by_name_on_a_host_without_the_code(run: Run, dsn: str, app: App) -> None:
+    """As ``App.enqueue`` by name: the arguments are stored as given, and a
+    one-line note says they were not checked."""
+    args = '{"url": "https://example.com", "n": [1, 2]}'
+    code, out, err = run("enqueue", "no_such_module.fetch", "--args", args, "--dsn", dsn)
+    assert code == 0
+    assert err.count("\n") == 1 and err.startswith("note: ") and "Traceback" not in err
+    job = app.get(int(out))
+    assert (job.name, job.args, job.state) == (
+        "no_such_module.fetch",
+        {"url": "https://example.com", "n": [1, 2]},
+        models.JobState.PENDING,
+    )
 
 
 @pytest.mark.parametrize(
@@ -601,3 +680,26 @@ def test_supervise_imports_the_module_from_the_current_directory(tmp_path: Path)
             proc.kill()
             proc.wait()
         app.close()
+
+
+# -- what a job or a row controls is printed, never obeyed ---------------------------------
+
+HOSTILE = "\x1b]0;PWN\x07\x1b[2J\rjob 1 done\n\u202eevil"
+
+
+def test_control_characters_in_records_are_escaped(run: Run, dsn: str, app: App) -> None:
+    """A name, a queue or an error can't retitle or clear the terminal or
+    forge a line: every control character is printed as an escape."""
+    id = app.enqueue(f"hostile.{HOSTILE}", {"x": HOSTILE}, queue=f"q{HOSTILE}".replace("\n", ""))
+    outputs = [
+        run("jobs", "--dsn", dsn),
+        run("show", str(id), "--dsn", dsn),
+        run("stats", "--dsn", dsn),
+        run("queues", "--dsn", dsn),
+    ]
+    for code, out, err in outputs:
+        assert (code, err) == (0, "")
+        assert not any(ch in out for ch in "\x1b\x07\r\u202e"), out
+        assert "\\x1b]0;PWN\\x07" in out, out
+    show = outputs[1][1]
+    assert len(show.splitlines()) == len(render.JOB_FIELDS)  # no forged field

@@ -21,8 +21,12 @@ from typing import Any
 
 import pytest
 
-from procqueue import App, _commands, cli, logs
+from procqueue import App
+from procqueue.cli import commands as _commands
+from procqueue.cli import logs
+from procqueue.cli import main as cli
 from procqueue.testing import wait_until
+from tests.helpers import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFIX = "procqueue: error: "
@@ -51,12 +55,6 @@ def one_error_line(err: str) -> str:
     assert err.startswith(PREFIX) and err.count("\n") == 1, err
     assert "Traceback" not in err
     return err[len(PREFIX) :].rstrip("\n")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_module(directory: Path, name: str, body: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -210,6 +208,8 @@ def test_dashboard_arguments(
         (["--bogus"], 2),
         (["--host", "no-such-host.invalid"], 1),
         (["--host", "0.0.0.0"], 2),  # beyond loopback without a token
+        (["--host", "0.0.0.0", "--token", "   "], 2),  # a blank token is none
+        (["--token", " secret"], 2),
     ],
 )
 def test_dashboard_refuses_before_serving(

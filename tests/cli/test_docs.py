@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import ast
 import re
+import shlex
 import tomllib
 from pathlib import Path
 
 import pytest
 
 import procqueue
-from procqueue import App, configfile
-from procqueue.context import Context
+from procqueue import App
+from procqueue import config as configfile
+from procqueue.cli.main import build_parser
+from procqueue.jobs.context import Context
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDES = [
@@ -25,6 +28,8 @@ GUIDES = [
     "migrating.md",
 ]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHOWS_PYTHON = {"getting-started.md", "defining-jobs.md", "producing.md", "migrating.md"}
+"""The guides that show Python code; the others show commands and config only."""
 
 
 def _blocks(text: str, language: str) -> list[str]:
@@ -63,7 +68,11 @@ def test_relative_links_resolve(page: Path) -> None:
 
 @pytest.mark.parametrize("name", GUIDES)
 def test_python_examples_parse(name: str) -> None:
-    for block in _blocks((ROOT / "docs" / name).read_text(), "python"):
+    """Every Python block parses, and the guides that show code have some
+    (a guide whose blocks lost their language tag would pass unread)."""
+    blocks = _blocks((ROOT / "docs" / name).read_text(), "python")
+    assert bool(blocks) == (name in SHOWS_PYTHON)
+    for block in blocks:
         ast.parse(block)
 
 
@@ -85,4 +94,35 @@ def test_named_apis_exist() -> None:
     for member in re.findall(r"`cx\.(\w+)", text):
         assert hasattr(Context, member) or member in ("id", "attempt"), member
     for name in set(re.findall(r"`procqueue\.(\w+)", text)) - {"toml"}:  # procqueue.toml
-        assert hasattr(procqueue, name) or (ROOT / "procqueue" / f"{name}.py").exists(), name
+        here = ROOT / "procqueue" / name
+        assert hasattr(procqueue, name) or here.with_suffix(".py").exists() or here.is_dir(), name
+
+
+def _command_lines() -> list[tuple[str, str]]:
+    """(page, line) of every ``procqueue ...`` command shown in a code block."""
+    found = []
+    for page in PAGES:
+        for block in re.findall(r"^```\w*\n(.*?)^```", page.read_text(), re.M | re.S):
+            for line in block.splitlines():
+                text = line.strip().removeprefix("$ ")
+                if text.startswith("procqueue ") and "[" not in text.split("#")[0]:
+                    found.append((page.name, text))
+    return found
+
+
+COMMAND_LINES = _command_lines()
+
+
+def test_the_guides_show_commands() -> None:
+    assert len(COMMAND_LINES) >= 20
+
+
+@pytest.mark.parametrize(
+    ("page", "line"), COMMAND_LINES, ids=[f"{p}:{x}" for p, x in COMMAND_LINES]
+)
+def test_every_command_shown_parses(page: str, line: str) -> None:
+    """A command a guide shows is one the parser takes: no option it lost or
+    never had, no value of the wrong form."""
+    argv = shlex.split(line, comments=True)[1:]
+    args, extra = build_parser().parse_known_args(argv)
+    assert extra == [] or args.run is None, f"{page}: {line}: unknown {extra}"

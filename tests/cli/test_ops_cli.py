@@ -1,4 +1,4 @@
-"""The operators' commands (issue 14), in-process on both backends:
+"""The operators' commands, in-process on both backends:
 ``queues`` with limits, ``jobs --state failed`` with its error column,
 bulk retry and cancel's usage errors."""
 
@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 
-from procqueue import App, JobState, cli, models
+from procqueue import App, JobState, models
+from procqueue.cli import main as cli
 from tests.jobs import basic
 
 Run = Callable[..., tuple[int, str, str]]
@@ -18,6 +19,12 @@ JOB = "tests.jobs.basic."
 
 @pytest.fixture
 def run(capsys: pytest.CaptureFixture[str], dsn: str) -> Run:
+    """``procqueue ARGS --dsn DSN`` in-process, on a migrated database (as a
+    producer or supervisor leaves it: reading commands never migrate)."""
+    migrated = App(dsn)
+    migrated.store  # noqa: B018 - opening migrates
+    migrated.close()
+
     def run(*argv: str) -> tuple[int, str, str]:
         capsys.readouterr()
         code = cli.main([*argv, "--dsn", dsn])

@@ -1,4 +1,4 @@
-"""The dashboard's batch pages over HTTP, on both backends (issue 15)."""
+"""The dashboard's batch pages over HTTP, on both backends."""
 
 from __future__ import annotations
 

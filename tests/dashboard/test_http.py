@@ -13,6 +13,7 @@ from procqueue import App, JobState
 from procqueue.dashboard import create_app, views
 from tests.dashboard import dashjobs
 from tests.dashboard.factory import csrf_of, make, progress
+from tests.store.rawdb import RawDb
 
 XSS = "<script>alert(1)</script>"
 ESCAPED = "&lt;script&gt;alert(1)&lt;/script&gt;"
@@ -72,6 +73,7 @@ def test_every_page_renders_its_jobs(app: App, client: TestClient) -> None:
     assert "Traceback ..." in detail.text and ">failed<" in detail.text
     assert client.get(f"/jobs/{done}").text.count("1024") >= 1
     assert client.get("/jobs/999999").status_code == 404
+    assert client.get("/jobs/99999999999999999999").status_code == 404  # past 64 bits
 
 
 def test_filters_narrow_a_list(app: App, client: TestClient) -> None:
@@ -102,6 +104,7 @@ def test_json_endpoints(app: App, client: TestClient) -> None:
     assert one["record"]["id"] == failed and one["record"]["state"] == "failed"
     assert "pid" in one["record"] and one["error"] == "boom"
     assert client.get("/api/jobs/999999").status_code == 404
+    assert client.get("/api/jobs/99999999999999999999").status_code == 404  # past 64 bits
     assert client.get("/api/jobs?state=bogus").status_code == 400
 
 
@@ -263,6 +266,14 @@ def test_throughput_counts_finished_jobs_per_minute() -> None:
     assert (chart["from_label"], chart["to_label"]) == ("12:16", "12:30")
 
 
+def test_the_rate_now_is_the_last_minutes() -> None:
+    """20 jobs/s for the last 30 s reads as 10/s now, not as a 15-minute average."""
+    now = dt.datetime(2024, 5, 1, 12, 30, 20, tzinfo=dt.UTC)
+    jobs = [_Info(JobState.DONE, now - dt.timedelta(seconds=i / 20)) for i in range(600)]
+    jobs += [_Info(JobState.DONE, now - dt.timedelta(minutes=5))] * 100
+    assert views.throughput(jobs, now)["rate_now"] == "10.0"  # type: ignore[arg-type]
+
+
 class _Info:
     def __init__(self, state: JobState, finished_at: dt.datetime) -> None:
         self.state = state
@@ -281,3 +292,21 @@ def test_first_line_and_preview_cut_long_text() -> None:
     assert views.first_line("\n  Boom: x\nTraceback") == "Boom: x"
     assert len(views.preview({"a": "x" * 500})) == views.PREVIEW_CHARS
     assert re.fullmatch(r'\{"a":"x+…', views.preview({"a": "x" * 500}))
+
+
+def test_a_huge_error_keeps_the_pages_small(dsn: str, app: App, client: TestClient) -> None:
+    """A row is untrusted data: jobs whose errors hold 5 MB (written to the row
+    by hand: procqueue caps the errors it writes) still list as a small page,
+    and the job's page says how much it left out."""
+    ids = [make(app, JobState.FAILED, error="boom") for _ in range(3)]
+    raw = RawDb(dsn)
+    try:
+        for id_ in ids:
+            raw.execute("UPDATE jobs SET error = ? WHERE id = ?", ("Boom: " + "x" * 5_000_000, id_))
+    finally:
+        raw.close()
+    listing = client.get("/failed")
+    assert listing.status_code == 200 and len(listing.text) < 100_000
+    page = client.get(f"/jobs/{ids[0]}")
+    assert page.status_code == 200 and len(page.text) < 1_000_000
+    assert "more characters)" in page.text

@@ -1,4 +1,4 @@
-"""The operators' pages (issue 14) in a real headless Chromium: a job's
+"""The operators' pages in a real headless Chromium: a job's
 attempt history, the supervisors page, orphaned jobs, limits and who set
 them, and retry or cancel of every matching job."""
 

@@ -1,4 +1,4 @@
-"""Jobs for the fork server tests (tests/test_forkserver.py)."""
+"""Jobs for the fork server tests (tests/supervisor/test_forkserver.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Jobs of the operations tests (issue 14): numpy in and out, the app's own
+"""Jobs of the operations tests: numpy in and out, the app's own
 types through its codec hooks, crashes whose stack must reach the history,
 and an on_failure handler with no annotation."""
 

@@ -1,6 +1,7 @@
-"""Batches in the store, on both backends (issue 15): a batch completes in
-the transaction that ends its last member, whichever path ends it, and its
-handlers are inserted there exactly once per completion."""
+"""Batches in the store, on both backends: a batch completes in the
+transaction that ends its last member, whichever path ends it (bulk ones
+too), and its handlers are inserted there exactly once per completion; a
+retry, single or bulk, reopens it."""
 
 from __future__ import annotations
 
@@ -14,7 +15,16 @@ from procqueue import errors, models
 from procqueue.models import BatchState, JobState
 from procqueue.store import open_store
 from procqueue.store.base import Store
-from tests.store.factories import BASE, LEASE, claim, get, insert, new_job, record
+from tests.store.factories import (
+    BASE,
+    LEASE,
+    claim,
+    claim_exactly,
+    get,
+    insert,
+    new_job,
+    record,
+)
 from tests.store.rawdb import RawDb
 
 HANDLER = "tests.jobs.on_batch"
@@ -192,6 +202,44 @@ def test_retrying_one_member_reopens_its_batch(store: Store) -> None:
     assert store.batch_get(id=id_).state == BatchState.RUNNING  # type: ignore[union-attr]
     finish_all(store, now=BASE + 2)
     assert len(handlers(store)) == 2
+
+
+def test_bulk_cancel_of_the_last_members_completes_the_batch_in_its_transaction(
+    store: Store,
+) -> None:
+    id_, (first, *_rest) = make_batch(store, 3, name="bulk")
+    outsider = insert(store, new_job(name="bulk"))[0]
+    record(store, claim_exactly(store, first), JobState.DONE)
+    where: dict[str, Any] = {"queue": None, "name": "bulk", "since": None}
+    assert store.job_cancel_where(states=["pending"], now=BASE + 1, **where) == (3, 0)
+    # no supervisor ran: the cancel's own transaction completed the batch
+    info = store.batch_get(id=id_)
+    assert info is not None and (info.state, info.completions, info.done, info.cancelled) == (
+        BatchState.COMPLETE,
+        1,
+        1,
+        2,
+    )
+    (complete,) = handlers(store)
+    assert complete.key == f"batch:{id_}:1:complete" and complete.state == JobState.PENDING
+    assert get(store, outsider).state == JobState.CANCELLED
+    assert store.batch_sweep(now=BASE + 2, limit=10) == 0  # nothing left for the safety net
+
+
+def test_bulk_retry_reopens_the_complete_batch_which_fires_again(store: Store) -> None:
+    id_, (failing, *_rest) = make_batch(store, 3, name="bulk")
+    record(store, claim_exactly(store, failing), JobState.FAILED, error="boom")
+    where: dict[str, Any] = {"queue": None, "name": "bulk", "since": None}
+    assert store.job_cancel_where(states=["pending"], now=BASE, **where) == (2, 0)
+    assert store.batch_get(id=id_).state == BatchState.COMPLETE  # type: ignore[union-attr]
+    states = ["failed", "cancelled"]
+    assert store.job_retry_where(states=states, now=BASE + 1, **where) == 3
+    info = store.batch_get(id=id_)
+    assert info is not None
+    assert (info.state, info.pending, info.completions) == (BatchState.RUNNING, 3, 1)
+    finish_all(store, now=BASE + 2)
+    keys = [h.key for h in handlers(store)]
+    assert keys == [f"batch:{id_}:{n}:complete" for n in (1, 2)]  # it completed again
 
 
 def test_members_page_in_id_order_and_batches_list(store: Store) -> None:

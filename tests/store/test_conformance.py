@@ -1111,7 +1111,7 @@ def test_record_and_claim_frees_a_serial_key_for_the_same_call(store: Store) -> 
     first, second = insert(
         store, new_job(serial_key="k"), new_job(serial_key="k"), new_job(serial_key="k")
     )[:2]
-    running = claim_exactly(store, first)
+    running = claim_exactly(store, first, owner="o")  # outcomes are fenced by owner too
     outcome = models.Outcome(id=first, attempt=running.attempt, state=JobState.DONE, result=b"1")
     stale = models.Outcome(id=second, attempt=7, state=JobState.DONE, result=b"1")
     cycle = store.job_record_and_claim(
@@ -1129,7 +1129,7 @@ def test_record_and_claim_frees_a_serial_key_for_the_same_call(store: Store) -> 
 
 def test_record_and_claim_without_a_claim_only_records(store: Store) -> None:
     (id_,) = insert(store, new_job())
-    running = claim_exactly(store, id_)
+    running = claim_exactly(store, id_, owner="o")  # outcomes are fenced by owner too
     cycle = store.job_record_and_claim(
         outcomes=[models.Outcome(id=id_, attempt=running.attempt, state=JobState.FAILED)],
         owner="o",

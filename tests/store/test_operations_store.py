@@ -1,4 +1,4 @@
-"""The operators' side of the store (issue 14), on both backends: history
+"""The operators' side of the store, on both backends: history
 rows fenced like outcomes, lost attempts recorded once at rescue, history
 pruned with its job, heartbeats, limits that are never overwritten, bulk
 actions, and history or heartbeat rows that don't decode."""

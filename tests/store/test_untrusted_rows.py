@@ -67,6 +67,8 @@ BAD_CLAIMED: dict[str, list[tuple[str, str, str]]] = {
         ("args", "x'7b7d'", "column args: expected JSON text, got 2 bytes"),
         ("args", "'[1]'", "column args: expected a JSON object, got list"),
         ("serial_key", "x'01'", "column serial_key: expected text, got 1 bytes"),
+        ("attempts", "9223372036854775807", "column attempts: no attempt left"),
+        ("attempts", "3", "column attempts: no attempt left"),
     ],
     "postgres": [
         ("backoff", "'\"x\"'::jsonb", "column backoff: unexpected JSON (Expected `object`"),
@@ -74,6 +76,8 @@ BAD_CLAIMED: dict[str, list[tuple[str, str, str]]] = {
         ("steps", "'[]'::jsonb", "column steps: unexpected JSON (Expected `object`, got `array`)"),
         ("args", "'1'::json", "column args: expected a JSON object, got int"),
         ("timeout", "'Infinity'::float8", "column timeout: expected a finite number"),
+        ("attempts", "2147483647", "column attempts: no attempt left"),
+        ("max_attempts", "-5", "column attempts: no attempt left"),
     ],
 }
 
@@ -272,3 +276,28 @@ def test_a_step_value_that_is_not_utf8_json_is_refused(
     with pytest.raises(errors.StoreRejected, match=f"the value of step 's' is {says}"):
         store.job_save_step(id=claimed.id, attempt=claimed.attempt, name="s", value=value)
     assert store.job_save_step(id=claimed.id, attempt=claimed.attempt, name="s", value=b"[1]")
+
+
+# -- leases that are no time ------------------------------------------------------------------
+
+BAD_LEASES = {
+    "sqlite": ["NULL", "'soon'", "x'00'"],
+    "postgres": ["NULL", "'NaN'::float8"],
+}
+
+
+@pytest.mark.parametrize(
+    ("dsn", "expression"),
+    [pytest.param(b, e, id=f"{b}-{e}") for b, cases in BAD_LEASES.items() for e in cases],
+    indirect=["dsn"],
+)
+def test_a_running_row_whose_lease_is_no_time_is_rescued(
+    store: Store, raw: RawDb, expression: str
+) -> None:
+    """Else it would stay running forever and count against its queue's limit."""
+    id_ = insert_one(store)
+    claim(store, count=1, now=BASE)
+    _corrupt(raw, id_, "lease_until", expression)
+    assert store.job_rescue_expired(now=BASE + 1) == 1
+    assert get(store, id_).state == JobState.PENDING
+    assert running(store) == set()

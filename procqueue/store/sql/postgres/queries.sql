@@ -3,6 +3,13 @@
 -- file holds its dialect's whole statement, so statements where the dialects agree
 -- read the same in both (job_candidates, the longest, shares most of its lines).
 
+-- schema_table_exists --
+-- Whether the schema (the search_path) has procqueue's migrations table; creates nothing.
+SELECT EXISTS (
+    SELECT 1 FROM information_schema.tables
+    WHERE table_schema = ANY (current_schemas(false)) AND table_name = 'procqueue_schema'
+) AS present
+
 -- schema_version_get --
 -- The applied schema version (0 when none).
 SELECT coalesce(max(version), 0) AS version FROM procqueue_schema
@@ -75,9 +82,12 @@ LIMIT %(limit)s
 FOR UPDATE OF jobs SKIP LOCKED
 
 -- job_take --
--- Moves the chosen jobs to running for one owner; starts a new attempt.
+-- Moves the chosen jobs to running for one owner; starts a new attempt. A row with no attempt
+-- left (attempts not below max_attempts, which a pending job never has) gets attempt 0, which
+-- the claim refuses: the increment can't overflow the column and fail the whole claim.
 UPDATE jobs
-SET state = 'running', attempts = attempts + 1, owner = %(owner)s,
+SET state = 'running', owner = %(owner)s,
+    attempts = CASE WHEN attempts < max_attempts THEN attempts + 1 ELSE 0 END,
     lease_until = %(lease_until)s::float8, started_at = %(now)s::float8, cancel_requested = false
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
@@ -94,7 +104,8 @@ RETURNING id, attempts, cancel_requested
 SELECT id FROM jobs WHERE state = 'running' AND owner = %(owner)s AND cancel_requested
 
 -- job_record --
--- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
+-- Records an attempt's outcome, fenced by attempt and (unless '') owner; refund gives the
+-- attempt back.
 -- A cancel requested while it ran wins over a retry or a hand-back: the job
 -- ends cancelled instead of running again. The last progress is kept, except
 -- on a job going back to pending: its next attempt starts with none (and no pid).
@@ -116,6 +127,7 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
     pid = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL ELSE pid END,
     owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+  AND (%(owner)s::text = '' OR owner = %(owner)s::text)
 RETURNING id
 
 -- job_set_progress --
@@ -164,7 +176,8 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
     fraction = CASE WHEN cancel_requested OR attempts >= max_attempts THEN fraction END,
     pid = CASE WHEN cancel_requested OR attempts >= max_attempts THEN pid END,
     run_at = %(now)s::float8, owner = NULL, lease_until = NULL, cancel_requested = false
-WHERE state = 'running' AND lease_until < %(now)s::float8
+WHERE state = 'running'
+  AND (lease_until < %(now)s::float8 OR lease_until IS NULL OR lease_until = 'NaN'::float8)
 RETURNING id
 
 -- job_owners_running --
@@ -207,8 +220,10 @@ INSERT INTO queues (name, paused) VALUES (%(queue)s, %(paused)s::boolean)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 
 -- queue_counts --
--- Jobs per queue and state, and the earliest run_at of each (a pending job waits from its run_at).
-SELECT queue, state, count(*) AS n, min(run_at) AS oldest FROM jobs GROUP BY queue, state
+-- Jobs per queue and state, and the earliest run_at already due of each (a pending job
+-- waits from its run_at; one delayed into the future is not waiting yet).
+SELECT queue, state, count(*) AS n, min(CASE WHEN run_at <= %(now)s THEN run_at END) AS oldest
+FROM jobs GROUP BY queue, state
 
 -- schema_table_create --
 -- The table that records applied migrations.
@@ -274,7 +289,7 @@ WHERE id = %(id)s AND state = 'running'
 SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
        pg_catalog.set_config('lock_timeout', %(ms)s, true)
 
--- ---- Operations (issue 14): attempt history, supervisors, managed limits, bulk actions ----
+-- ---- Operations: attempt history, supervisors, managed limits, bulk actions ----
 
 -- attempt_record --
 -- One attempt's history row, written with its outcome in the same transaction and fenced the
@@ -288,6 +303,7 @@ SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), started_at,
             ELSE %(outcome)s::text END,
        %(exit_reason)s::text, %(error)s::text, %(peak_memory)s::float8
 FROM jobs WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+  AND (%(owner)s::text = '' OR owner = %(owner)s::text)
 RETURNING job_id
 
 -- attempt_record_lost --
@@ -297,7 +313,8 @@ INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started
                           outcome, exit_reason, error, peak_memory)
 SELECT id, attempts, owner, pid, started_at, NULL, %(now)s::float8, 'lost', NULL,
        'its lease ran out: its supervisor stopped renewing it', NULL
-FROM jobs WHERE state = 'running' AND lease_until < %(now)s::float8
+FROM jobs WHERE state = 'running'
+  AND (lease_until < %(now)s::float8 OR lease_until IS NULL OR lease_until = 'NaN'::float8)
 
 -- attempt_list --
 -- Every recorded attempt of one job, oldest first.
@@ -361,6 +378,7 @@ WHERE state IN ('failed', 'cancelled') AND state = ANY(%(states)s::text[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(since)s::float8 IS NULL OR created_at >= %(since)s::float8)
+RETURNING id
 
 -- job_cancel_pending_where --
 -- job_cancel_pending for every pending job matching the filters.
@@ -369,6 +387,7 @@ WHERE state = 'pending' AND state = ANY(%(states)s::text[])
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(since)s::float8 IS NULL OR created_at >= %(since)s::float8)
+RETURNING id
 
 -- job_cancel_running_where --
 -- job_cancel_running for every running job matching the filters.
@@ -377,7 +396,7 @@ WHERE state = 'running' AND NOT cancel_requested AND state = ANY(%(states)s::tex
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(since)s::float8 IS NULL OR created_at >= %(since)s::float8)
--- Batches (issue 15). A batch completes in the transaction that makes its last
+-- Batches. A batch completes in the transaction that makes its last
 -- member terminal: that transaction first locks the batch's row (batch_lock*;
 -- on PostgreSQL, FOR UPDATE) and only then, in a statement of its own and so
 -- with a fresh snapshot, asks whether any member is still open (batch_complete*).
@@ -439,6 +458,7 @@ FROM batches b WHERE b.id = %(id)s
 
 -- batch_list --
 -- Batches, newest first, filtered by name and by state (NULL matches all).
+-- Its columns repeat batch_get's: each named query is one static statement, never built.
 SELECT b.id, b.name, b.meta, b.complete_job, b.success_job, b.created_at, b.sealed_at,
        b.cancelled_at, b.completed_at, b.completions,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'pending') AS pending,
@@ -471,6 +491,7 @@ LIMIT %(limit)s
 -- Cancels a batch's pending members at once.
 UPDATE jobs SET state = 'cancelled', finished_at = %(now)s::float8
 WHERE batch_id = %(id)s AND state = 'pending'
+RETURNING id
 
 -- batch_cancel_running --
 -- Flags a batch's running members (in id order); their supervisors kill them.
@@ -490,16 +511,16 @@ UPDATE jobs
 SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = %(now)s::float8,
     finished_at = NULL, started_at = NULL, failure_handled = false
 WHERE batch_id = %(id)s AND state = 'failed'
+RETURNING id
 
--- batch_reopen --
--- A completed batch whose members run again is running again (its next completion counts anew).
+-- batch_reopen_of_jobs --
+-- The completed batches of jobs that run again are running again (their next completion counts
+-- anew); their rows are locked in id order first, as every path that locks several batches does.
 UPDATE batches SET completed_at = NULL, cancelled_at = NULL
-WHERE id = %(id)s AND completed_at IS NOT NULL
-
--- batch_reopen_of_job --
--- The same, for the batch of one job that was retried.
-UPDATE batches SET completed_at = NULL, cancelled_at = NULL
-WHERE id = (SELECT batch_id FROM jobs WHERE id = %(id)s) AND completed_at IS NOT NULL
+WHERE id IN (SELECT id FROM batches
+             WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
+               AND completed_at IS NOT NULL
+             ORDER BY id FOR UPDATE)
 
 -- batch_prunable --
 -- Completed batches finished before `before` with no failed member (failed jobs stay until

@@ -3,6 +3,11 @@
 -- file holds its dialect's whole statement, so statements where the dialects agree
 -- read the same in both (job_candidates, the longest, shares most of its lines).
 
+-- schema_table_exists --
+-- Whether this database has procqueue's migrations table; creates nothing.
+SELECT EXISTS (
+    SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'procqueue_schema') AS present
+
 -- schema_version_get --
 -- The applied schema version (0 when none).
 SELECT coalesce(max(version), 0) AS version FROM procqueue_schema
@@ -71,9 +76,12 @@ ORDER BY priority DESC, run_at, id
 LIMIT :limit
 
 -- job_take --
--- Moves the chosen jobs to running for one owner; starts a new attempt.
+-- Moves the chosen jobs to running for one owner; starts a new attempt. A row with no attempt
+-- left (attempts not below max_attempts, which a pending job never has) gets attempt 0, which
+-- the claim refuses: the increment can't overflow the column and fail the whole claim.
 UPDATE jobs
-SET state = 'running', attempts = attempts + 1, owner = :owner, lease_until = :lease_until,
+SET state = 'running', owner = :owner, lease_until = :lease_until,
+    attempts = CASE WHEN attempts < max_attempts THEN attempts + 1 ELSE 0 END,
     started_at = :now, cancel_requested = 0
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
@@ -90,7 +98,8 @@ RETURNING id, attempts, cancel_requested
 SELECT id FROM jobs WHERE state = 'running' AND owner = :owner AND cancel_requested = 1
 
 -- job_record --
--- Records an attempt's outcome, fenced by attempt; refund gives the attempt back.
+-- Records an attempt's outcome, fenced by attempt and (unless '') owner; refund gives the
+-- attempt back.
 -- A cancel requested while it ran wins over a retry or a hand-back: the job
 -- ends cancelled instead of running again. The last progress is kept, except
 -- on a job going back to pending: its next attempt starts with none (and no pid).
@@ -110,7 +119,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
                     ELSE coalesce(:fraction, fraction) END,
     pid = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL ELSE pid END,
     owner = NULL, lease_until = NULL, cancel_requested = 0
-WHERE id = :id AND attempts = :attempt AND state = 'running'
+WHERE id = :id AND attempts = :attempt AND state = 'running' AND (:owner = '' OR owner = :owner)
 RETURNING id
 
 -- job_set_progress --
@@ -161,7 +170,8 @@ SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
     fraction = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN fraction END,
     pid = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN pid END,
     run_at = :now, owner = NULL, lease_until = NULL, cancel_requested = 0
-WHERE state = 'running' AND lease_until < :now
+WHERE state = 'running'
+  AND (lease_until < :now OR lease_until IS NULL OR typeof(lease_until) NOT IN ('real', 'integer'))
 RETURNING id
 
 -- job_owners_running --
@@ -203,8 +213,10 @@ INSERT INTO queues (name, paused) VALUES (:queue, :paused)
 ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 
 -- queue_counts --
--- Jobs per queue and state, and the earliest run_at of each (a pending job waits from its run_at).
-SELECT queue, state, count(*) AS n, min(run_at) AS oldest FROM jobs GROUP BY queue, state
+-- Jobs per queue and state, and the earliest run_at already due of each (a pending job
+-- waits from its run_at; one delayed into the future is not waiting yet).
+SELECT queue, state, count(*) AS n, min(CASE WHEN run_at <= :now THEN run_at END) AS oldest
+FROM jobs GROUP BY queue, state
 
 -- schema_table_create --
 -- The table that records applied migrations.
@@ -263,7 +275,7 @@ COMMIT
 -- Abandons a transaction.
 ROLLBACK
 
--- ---- Operations (issue 14): attempt history, supervisors, managed limits, bulk actions ----
+-- ---- Operations: attempt history, supervisors, managed limits, bulk actions ----
 
 -- attempt_record --
 -- One attempt's history row, written with its outcome in the same transaction and fenced the
@@ -274,7 +286,7 @@ INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started
 SELECT id, attempts, owner, coalesce(:child_pid, pid), started_at, :started_at, :now,
        CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled' ELSE :outcome END,
        :exit_reason, :error, :peak_memory
-FROM jobs WHERE id = :id AND attempts = :attempt AND state = 'running'
+FROM jobs WHERE id = :id AND attempts = :attempt AND state = 'running' AND (:owner = '' OR owner = :owner)
 RETURNING job_id
 
 -- attempt_record_lost --
@@ -284,7 +296,8 @@ INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started
                           outcome, exit_reason, error, peak_memory)
 SELECT id, attempts, owner, pid, started_at, NULL, :now, 'lost', NULL,
        'its lease ran out: its supervisor stopped renewing it', NULL
-FROM jobs WHERE state = 'running' AND lease_until < :now
+FROM jobs WHERE state = 'running'
+  AND (lease_until < :now OR lease_until IS NULL OR typeof(lease_until) NOT IN ('real', 'integer'))
 
 -- attempt_list --
 -- Every recorded attempt of one job, oldest first.
@@ -346,6 +359,7 @@ WHERE state IN ('failed', 'cancelled') AND state IN (SELECT value FROM json_each
   AND (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
   AND (:since IS NULL OR created_at >= :since)
+RETURNING id
 
 -- job_cancel_pending_where --
 -- job_cancel_pending for every pending job matching the filters.
@@ -354,6 +368,7 @@ WHERE state = 'pending' AND state IN (SELECT value FROM json_each(:states))
   AND (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
   AND (:since IS NULL OR created_at >= :since)
+RETURNING id
 
 -- job_cancel_running_where --
 -- job_cancel_running for every running job matching the filters.
@@ -362,7 +377,7 @@ WHERE state = 'running' AND cancel_requested = 0 AND state IN (SELECT value FROM
   AND (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
   AND (:since IS NULL OR created_at >= :since)
--- Batches (issue 15). A batch completes in the transaction that makes its last
+-- Batches. A batch completes in the transaction that makes its last
 -- member terminal: that transaction first locks the batch's row (batch_lock*;
 -- on PostgreSQL, FOR UPDATE) and only then, in a statement of its own and so
 -- with a fresh snapshot, asks whether any member is still open (batch_complete*).
@@ -423,6 +438,7 @@ FROM batches b WHERE b.id = :id
 
 -- batch_list --
 -- Batches, newest first, filtered by name and by state (NULL matches all).
+-- Its columns repeat batch_get's: each named query is one static statement, never built.
 SELECT b.id, b.name, b.meta, b.complete_job, b.success_job, b.created_at, b.sealed_at,
        b.cancelled_at, b.completed_at, b.completions,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'pending') AS pending,
@@ -455,6 +471,7 @@ LIMIT :limit
 -- Cancels a batch's pending members at once.
 UPDATE jobs SET state = 'cancelled', finished_at = :now
 WHERE batch_id = :id AND state = 'pending'
+RETURNING id
 
 -- batch_cancel_running --
 -- Flags a batch's running members (in id order); their supervisors kill them.
@@ -473,16 +490,13 @@ UPDATE jobs
 SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
     finished_at = NULL, started_at = NULL, failure_handled = 0
 WHERE batch_id = :id AND state = 'failed'
+RETURNING id
 
--- batch_reopen --
--- A completed batch whose members run again is running again (its next completion counts anew).
+-- batch_reopen_of_jobs --
+-- The completed batches of jobs that run again are running again (their next completion counts anew).
 UPDATE batches SET completed_at = NULL, cancelled_at = NULL
-WHERE id = :id AND completed_at IS NOT NULL
-
--- batch_reopen_of_job --
--- The same, for the batch of one job that was retried.
-UPDATE batches SET completed_at = NULL, cancelled_at = NULL
-WHERE id = (SELECT batch_id FROM jobs WHERE id = :id) AND completed_at IS NOT NULL
+WHERE id IN (SELECT batch_id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)))
+  AND completed_at IS NOT NULL
 
 -- batch_prunable --
 -- Completed batches finished before `before` with no failed member (failed jobs stay until

@@ -1,4 +1,4 @@
--- Batches (issue 15): a named group of jobs whose completion callbacks are
+-- Batches: a named group of jobs whose completion callbacks are
 -- enqueued in the transaction that records its last member's outcome.
 -- complete_job / success_job hold the handler jobs prepared at creation (JSON
 -- of models.BatchCallback); completions counts the times the batch completed

@@ -1,5 +1,5 @@
 -- What operators need to answer "what happened to job 42?" and "who is
--- working?" (issue 14): one row per attempt, one row per live supervisor,
+-- working?": one row per attempt, one row per live supervisor,
 -- and who set each queue's limit.
 CREATE TABLE IF NOT EXISTS job_attempts (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -1,0 +1,174 @@
+"""The child process: imports the app once, then runs jobs one at a time as
+the supervisor sends them over its pipe.
+
+Started clean by the supervisor (``python -m procqueue.child``), never
+forked, so it inherits no database connection; it never opens one either.
+
+A child fences itself: a reader thread owns the pipe from the supervisor,
+and when that pipe ends (the supervisor is gone, ``kill -9`` included) or
+the running job's lease runs out (the supervisor could not renew it: the
+database is away, or the supervisor is frozen), the child ends the job's
+whole process tree and exits, so a rescued job never overlaps this run.
+The child is a subreaper, so what a job starts stays among its
+descendants; what a job leaves running when it returns is ended too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from typing import Any
+
+from procqueue import errors, protocol
+from procqueue.child import crashlog, proctree
+from procqueue.child.pipes import Fence, Flusher, Inbox, PipeChannel
+from procqueue.jobs import runner
+from procqueue.producer.app import App, load_app
+
+
+def set_title(text: str) -> None:
+    try:
+        import setproctitle
+
+        setproctitle.setproctitle(text)
+    except ImportError:
+        pass
+
+
+def raise_oom_score() -> None:
+    """Offers this process (and what it starts) to the kernel's OOM killer
+    first, so that memory pressure never picks the supervisor."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as f:
+        f.write("1000")
+
+
+def _oversized(reply: protocol.Done | protocol.Failed) -> protocol.Done | protocol.Failed:
+    """Refuses, with a clear error, a result the supervisor would not accept."""
+    if isinstance(reply, protocol.Done) and len(reply.result) > protocol.MAX_REPLY - 4096:
+        return protocol.Failed(
+            job_id=reply.job_id,
+            kind="permanent",
+            error=f"the result is {len(reply.result)} bytes encoded; "
+            f"the limit is {protocol.MAX_REPLY - 4096}",
+        )
+    return reply
+
+
+def _reap_leftovers() -> None:
+    """Ends what the job left running and collects the zombies (this child is
+    their subreaper)."""
+    proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
+    """The child's life: hello, then jobs until Shutdown or EOF. Returns the exit code."""
+    set_title(f"procqueue child {index} starting")
+    raise_oom_score()
+    proctree.become_subreaper()
+    crashlog.enable()  # a fatal signal's Python stack, for the attempt's error (issue 14)
+    try:
+        app = load_app(spec)
+    except errors.ProcqueueError as exc:
+        hello = protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=str(exc))
+        protocol.write_all(wfd, protocol.encode(hello))
+        return 1
+    return serve_app(app, spec, index, rfd, wfd)
+
+
+def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
+    """The child's life once `app` is loaded (`serve`, or forked from a fork
+    server's template): hello, then jobs until Shutdown or EOF."""
+    protocol.write_all(
+        wfd, protocol.encode(protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION))
+    )
+    fence = Fence()
+    inbox = Inbox(rfd, fence)
+    flusher = Flusher()
+    current: list[PipeChannel] = []
+
+    def on_term(signum: int, frame: Any) -> None:
+        # Running: the job may see cx.cancelled; the supervisor SIGKILLs after
+        # its grace. Idle: exit now.
+        if not current:
+            raise SystemExit(0)
+        current[0].cancel_requested = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides
+    set_title(f"procqueue child {index} idle")
+    while True:
+        message = inbox.frames.get()
+        if message is None and inbox.error is not None:
+            raise inbox.error
+        if message is None or isinstance(message, protocol.Shutdown):
+            return 0
+        if not isinstance(message, protocol.Run):
+            raise errors.ProtocolError(f"unexpected {type(message).__name__} while idle")
+        if not inbox.running(message.job_id):
+            skipped = protocol.Failed(job_id=message.job_id, kind="revoked", error="revoked")
+            protocol.write_all(wfd, protocol.encode(skipped))
+            continue
+        channel = PipeChannel(inbox, wfd, message.job_id, dict(message.steps))
+        channel.flusher = flusher
+        channel.cancel_requested = inbox.stop_asked(message.job_id)
+        job = app.registry.get(message.name)
+        set_title(f"procqueue child {index} {message.name}#{message.job_id}")
+        current.append(channel)
+        try:
+            if job is None:  # a rolling deploy: a newer supervisor may know it
+                reply: protocol.Done | protocol.Failed = protocol.Failed(
+                    job_id=message.job_id,
+                    kind="error",
+                    error=f"unknown job {message.name!r} in {spec}",
+                )
+            else:
+                reply = runner.execute(
+                    job,
+                    job_id=message.job_id,
+                    attempt=message.attempt,
+                    encoded=message.args,
+                    channel=channel,
+                )
+            _reap_leftovers()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            channel.send(channel.outcome(_oversized(reply)))
+        finally:
+            current.clear()
+            inbox.running(None)
+        if channel.cancel_requested:
+            return 0
+        set_title(f"procqueue child {index} idle")
+
+
+def main(argv: list[str]) -> int:
+    """``python -m procqueue.child SPEC INDEX PARENT RFD WFD``: serves jobs
+    until the pipe ends; returns the exit code."""
+    spec, index, parent, rfd, wfd = argv
+    if os.getppid() != int(parent):  # the supervisor died before we started
+        return 1
+    try:
+        return serve(spec, int(index), int(rfd), int(wfd))
+    except (BrokenPipeError, errors.ProtocolError) as exc:
+        print(f"procqueue child: {exc}", file=sys.stderr)
+        return 3
+
+
+def forked_main(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
+    """A child forked from a fork server's template (``procqueue._forkserver``),
+    which loaded `app` and never ran a job: what `main` and `serve` do around
+    `serve_app`, without loading the app again. Returns the exit code."""
+    set_title(f"procqueue child {index} starting")
+    raise_oom_score()  # inherited from the template, but not to rely on
+    proctree.become_subreaper()  # never inherited across fork
+    crashlog.enable()  # its own file, by its own pid (issue 14)
+    try:
+        return serve_app(app, spec, index, rfd, wfd)
+    except (BrokenPipeError, errors.ProtocolError) as exc:
+        print(f"procqueue child: {exc}", file=sys.stderr)
+        return 3

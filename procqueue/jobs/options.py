@@ -1,0 +1,233 @@
+"""Job options and argument encoding: everything checked at enqueue, before
+anything is written."""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import math
+from typing import Any
+
+import msgspec
+
+from procqueue import errors, models
+from procqueue.codec import Codec
+
+MAX_ARGS_BYTES = 64 * 1024 * 1024
+"""Largest encoded arguments accepted (the pipe frame limit is well above)."""
+
+_REGISTER_OPTIONS = frozenset(
+    {
+        "queue",
+        "priority",
+        "max_attempts",
+        "timeout",
+        "backoff",
+        "deadline",
+        "tags",
+        "max_memory",
+        "on_failure",
+    }
+)
+_CALL_OPTIONS = _REGISTER_OPTIONS | {"delay", "run_at", "key", "serial_key"}
+
+
+class JobOptions(msgspec.Struct, frozen=True):
+    """A job's defaults, overridable per enqueue."""
+
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int = 3
+    timeout: float | None = None
+    backoff: models.Backoff = models.Backoff()
+    deadline: float | None = None
+    """Seconds after enqueue."""
+    tags: tuple[str, ...] = ()
+    max_memory: int | None = None
+    """MB of RSS; the child is killed past it."""
+    on_failure: str | None = None
+    """Name of the job run once, with this job's JobInfo, after it gives up."""
+
+
+class ParsedOptions(msgspec.Struct, frozen=True):
+    options: JobOptions
+    run_at: float | None = None
+    deadline_at: float | None = None
+    key: str | None = None
+    serial_key: str | None = None
+
+
+_MAX = f"{models.MAX_SECONDS:.0f}"
+
+
+def _seconds_ok(value: float | None) -> bool:
+    """None, or a finite number of seconds in (0, MAX_SECONDS]."""
+    return value is None or (math.isfinite(value) and 0 < value <= models.MAX_SECONDS)
+
+
+def _fail(message: str, registering: bool) -> errors.ProcqueueError:
+    return errors.ConfigError(message) if registering else errors.EnqueueError(message)
+
+
+def _seconds_at(value: Any, what: str, registering: bool) -> float:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:
+            raise _fail(f"{what} must be timezone-aware", registering)
+        return value.timestamp()
+    raise _fail(f"{what} must be a datetime, got {type(value).__name__}", registering)
+
+
+def parse_options(
+    given: dict[str, Any], defaults: JobOptions, *, now: float, registering: bool = False
+) -> ParsedOptions:
+    """Merges `given` over `defaults` and resolves times against `now`.
+
+    Raises EnqueueError (ConfigError when `registering`) naming the option.
+    """
+    allowed = _REGISTER_OPTIONS if registering else _CALL_OPTIONS
+    unknown = sorted(set(given) - allowed)
+    if unknown:
+        raise _fail(
+            f"unknown option {unknown[0]!r}; options are: {', '.join(sorted(allowed))}", registering
+        )
+    merged = msgspec.structs.asdict(defaults)
+    deadline_at = None
+    for name in _REGISTER_OPTIONS & set(given):
+        value = given[name]
+        if name == "deadline" and isinstance(value, dt.datetime):
+            deadline_at = _seconds_at(value, "deadline", registering)
+            value = None
+        if name == "backoff" and isinstance(value, dict):
+            try:
+                value = msgspec.convert(value, models.Backoff)
+            except (msgspec.ValidationError, ValueError) as exc:
+                raise _fail(f"invalid option: backoff: {exc}", registering) from None
+        if name == "tags" and isinstance(value, list):
+            value = tuple(value)
+        merged[name] = value
+    try:
+        options = msgspec.convert(merged, JobOptions, from_attributes=False)
+    except (msgspec.ValidationError, ValueError) as exc:
+        raise _fail(f"invalid option: {exc}", registering) from None
+    low, high = models.INT32
+    checks = [
+        (options.queue != "" and len(options.queue) <= 100, "queue must be 1-100 characters"),
+        (low <= options.priority <= high, f"priority must be from {low} to {high}"),
+        (1 <= options.max_attempts <= high, f"max_attempts must be from 1 to {high}"),
+        (_seconds_ok(options.timeout), f"timeout must be > 0 and <= {_MAX} seconds"),
+        (
+            options.max_memory is None or 1 <= options.max_memory <= high,
+            f"max_memory must be from 1 to {high} MB",
+        ),
+        (_seconds_ok(options.deadline), f"deadline must be > 0 and <= {_MAX} seconds"),
+        (
+            not any("\x00" in s for s in (options.queue, *options.tags)),
+            "queue and tags can't hold NUL",
+        ),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise _fail(message, registering)
+    if options.deadline is not None:
+        deadline_at = now + options.deadline
+    run_at = None
+    if "delay" in given:
+        delay = given["delay"]
+        if (
+            not isinstance(delay, int | float)
+            or isinstance(delay, bool)
+            or not 0 <= delay <= models.MAX_SECONDS
+        ):
+            raise _fail(f"delay must be from 0 to {_MAX} seconds, got {delay!r}", registering)
+        run_at = now + delay
+    if given.get("run_at") is not None:
+        run_at = _seconds_at(given["run_at"], "run_at", registering)
+    for name in ("key", "serial_key"):
+        value = given.get(name)
+        if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
+            raise _fail(f"{name} must be a non-empty string without NUL", registering)
+    return ParsedOptions(
+        options=options,
+        run_at=run_at,
+        deadline_at=deadline_at,
+        key=given.get("key"),
+        serial_key=given.get("serial_key"),
+    )
+
+
+def bind_args(
+    name: str,
+    signature: inspect.Signature | None,
+    args: dict[str, Any],
+    *,
+    codec: Codec | None = None,
+    types: dict[str, Any] | None = None,
+) -> bytes:
+    """`args` bound against `signature` (None: a job this process doesn't
+    know, stored as given), JSON-encoded with `codec`, and each argument
+    with a type in `types` converted to it as a child would (issue 14).
+
+    Raises EnqueueError saying which argument does not bind, encode or fit its type.
+    """
+    codec = codec or Codec()
+    if not isinstance(args, dict) or not all(isinstance(k, str) for k in args):
+        raise errors.EnqueueError(f"arguments of {name} must be an object with string keys")
+    if signature is not None:
+        try:
+            signature.bind(**args)
+        except TypeError as exc:
+            raise errors.EnqueueError(f"arguments don't fit {name}{signature}: {exc}") from None
+    try:
+        encoded = codec.encode(args)
+    except (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
+        for key, value in args.items():
+            where = codec.unencodable(value, f"args[{key!r}]")
+            if where is not None:
+                raise errors.EnqueueError(
+                    f"argument {key!r} of {name} cannot be encoded: {where}"
+                ) from None
+        raise errors.EnqueueError(f"arguments of {name} cannot be encoded: {exc}") from None
+    # JSON has no NaN/Infinity and msgspec writes them as null: refuse
+    # rather than change the value (only searched when a null was written).
+    if b"null" in encoded:
+        for key, value in args.items():
+            if non_finite(codec.to_builtins(value)):
+                raise errors.EnqueueError(
+                    f"argument {key!r} of {name} holds NaN or infinity, which JSON cannot carry"
+                )
+    if len(encoded) > MAX_ARGS_BYTES:
+        raise errors.EnqueueError(
+            f"arguments of {name} are {len(encoded)} bytes encoded; the limit is {MAX_ARGS_BYTES}"
+        )
+    if types:
+        check_types(name, msgspec.json.decode(encoded), types, codec)
+    return encoded
+
+
+def check_types(name: str, decoded: dict[str, Any], types: dict[str, Any], codec: Codec) -> None:
+    """Each argument converts to its annotated type, as in the child.
+
+    Raises EnqueueError naming the first argument that does not.
+    """
+    for key, value in decoded.items():
+        wanted = types.get(key)
+        if wanted is None or wanted is Any:
+            continue
+        try:
+            codec.convert(value, wanted)
+        except msgspec.ValidationError as exc:
+            raise errors.EnqueueError(f"argument {key!r} of {name}: {exc}") from None
+
+
+def non_finite(value: Any) -> bool:
+    """Whether `value` (plain builtins) holds a NaN or infinite float anywhere."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False

@@ -1,0 +1,127 @@
+"""Running one attempt of a job in the current process: argument
+conversion, the call, result encoding, and turning what was raised into
+a protocol message. Used by the child and by `App.run_inline`."""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from procqueue import errors, protocol
+from procqueue.jobs import options
+from procqueue.jobs.context import Channel, Context
+
+if TYPE_CHECKING:
+    from procqueue.jobs.registry import Job
+
+_TRACEBACK_FRAMES = 8
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+"""procqueue's own folder: frames of files under it are not the job's."""
+
+
+def convert_args(job: Job[Any, Any], encoded: bytes) -> dict[str, Any]:
+    """Decodes `encoded` and converts each typed parameter with msgspec.
+
+    Raises Permanent naming the argument that does not fit.
+    """
+    try:
+        args = msgspec.json.decode(encoded)
+    except msgspec.DecodeError as exc:
+        raise errors.Permanent(f"arguments of {job.name} are not valid JSON: {exc}") from None
+    if not isinstance(args, dict):
+        raise errors.Permanent(f"arguments of {job.name} are not an object")
+    try:
+        job.arg_signature.bind(**args)
+    except TypeError as exc:
+        raise errors.Permanent(f"arguments no longer fit {job.name}: {exc}") from None
+    types = job.arg_types
+    for name, value in args.items():
+        wanted = types.get(name)
+        if wanted is None or wanted is Any:
+            continue
+        try:
+            args[name] = job.codec.convert(value, wanted)
+        except msgspec.ValidationError as exc:
+            raise errors.Permanent(f"argument {name!r} of {job.name}: {exc}") from None
+    return args
+
+
+def describe(exc: BaseException) -> str:
+    """Type, message and the innermost frames of `exc`'s traceback that are
+    the job's: procqueue's own frames (the runner, `Context.step`) are left
+    out (issue 14)."""
+    head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    summary = traceback.extract_tb(exc.__traceback__)
+    own = [f for f in summary if not _is_procqueue(f.filename)] or list(summary)
+    frames = traceback.format_list(own[-_TRACEBACK_FRAMES:])
+    return head + ("\n" + "".join(frames).rstrip() if frames else "")
+
+
+def _is_procqueue(filename: str) -> bool:
+    return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
+
+
+def call(job: Job[Any, Any], *, job_id: int, attempt: int, encoded: bytes, channel: Channel) -> Any:
+    """Converts the arguments and calls the job; its exceptions propagate."""
+    args = convert_args(job, encoded)
+    if job.takes_context:
+        return job.fn(Context(id=job_id, attempt=attempt, channel=channel), **args)
+    return job.fn(**args)
+
+
+def execute(
+    job: Job[Any, Any], *, job_id: int, attempt: int, encoded: bytes, channel: Channel
+) -> protocol.Done | protocol.Failed:
+    """Runs one attempt and reports it as the message the supervisor expects.
+
+    Catches everything the job raises, `SystemExit` and `KeyboardInterrupt`
+    included: a job cannot stop its child by raising.
+    """
+    try:
+        result = call(job, job_id=job_id, attempt=attempt, encoded=encoded, channel=channel)
+    except errors.Retry as exc:  # deliberate: the message says it all
+        return protocol.Failed(job_id=job_id, kind="retry", error=f"Retry: {exc}", delay=exc.delay)
+    except errors.Permanent as exc:
+        return protocol.Failed(job_id=job_id, kind="permanent", error=f"Permanent: {exc}")
+    except BaseException as exc:
+        return protocol.Failed(job_id=job_id, kind="error", error=describe(exc))
+    try:
+        encoded_result = job.codec.encode(result)
+        if b"null" in encoded_result and options.non_finite(job.codec.to_builtins(result)):
+            raise ValueError("it holds NaN or infinity, which JSON cannot carry")
+    except (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
+        where = None if isinstance(exc, ValueError) else job.codec.unencodable(result, "result")
+        return protocol.Failed(
+            job_id=job_id,
+            kind="permanent",
+            error=f"the result cannot be encoded: {where or exc}",
+        )
+    return protocol.Done(job_id=job_id, result=encoded_result)
+
+
+class InlineChannel:
+    """A Channel in memory, for `run_inline`."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, bytes] = {}
+
+    def progress(self, text: str | None, fraction: float | None) -> None:
+        """Dropped: inline there is no record to show it on."""
+
+    def step_saved(self, name: str) -> bytes | None:
+        return self.steps.get(name)
+
+    def step_done(self, name: str, value: bytes) -> None:
+        self.steps[name] = value
+
+    def cancelled(self) -> bool:
+        return False
+
+
+def run_inline(job: Job[Any, Any], encoded: bytes) -> Any:
+    """One attempt in this process; the result round-trips through JSON."""
+    result = call(job, job_id=0, attempt=1, encoded=encoded, channel=InlineChannel())
+    return msgspec.json.decode(job.codec.encode(result))

@@ -1,0 +1,216 @@
+"""What a supervisor asks of the database about the jobs it holds: the
+record-and-claim cycle (queued outcomes written and jobs claimed while
+there is room, in one transaction and one round trip, at most one cycle in
+flight), lease renewals and cancel polls.
+
+A supervisor claims for its idle children and, for short jobs, a few
+ahead: those are reserved in its memory (`running.Attempts`) and go to the
+first child that becomes idle, so a child starts the next job the moment
+one ends without any job waiting behind another. How many are claimed
+ahead comes from recent job durations (`window_depth`): a few milliseconds
+of work for tiny jobs, none for jobs of a second or more. A claimed job
+that finds no room when the answer arrives (a child died, a drain began)
+goes straight back, its attempt unspent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from procqueue import errors, events, models
+from procqueue.clock import Clock
+from procqueue.store.base import Cycle, Renewal, Store
+from procqueue.supervisor.children.slots import Children
+from procqueue.supervisor.dbthread import DbCalls
+from procqueue.supervisor.lease import Lease
+from procqueue.supervisor.running import Attempts
+from procqueue.supervisor.settings import Settings
+
+log = logging.getLogger("procqueue.supervisor")
+
+AHEAD_S = 0.01
+"""Work reserved per child beyond the job it runs, in seconds of recent job time."""
+AHEAD_MAX = 16
+"""Most jobs reserved per child."""
+LONG_JOB_S = 1.0
+"""Jobs that take this long on average are not claimed ahead: a reserved
+job must not wait long in one supervisor while another idles."""
+
+
+def window_depth(mean_s: float) -> int:
+    """How many attempts a supervisor holds per child, the running one
+    included, when jobs take `mean_s` seconds on average."""
+    if mean_s >= LONG_JOB_S:
+        return 1
+    return 2 + min(AHEAD_MAX - 1, int(AHEAD_S / max(mean_s, 1e-5)))
+
+
+class Claims:
+    """One supervisor's claims and outcome writes."""
+
+    def __init__(
+        self,
+        *,
+        attempts: Attempts,
+        pool: Children,
+        store: Store,
+        db: DbCalls,
+        clock: Clock,
+        settings: Settings,
+        lease: Lease,
+        events: events.EventStream,
+        owner: str,
+    ) -> None:
+        self.attempts = attempts
+        self.pool = pool
+        self.store = store
+        self.db = db
+        self.clock = clock
+        self.settings = settings
+        self.lease = lease
+        self.events = events
+        self.owner = owner
+        self.want = True
+        """Claim at the next pass (a wake-up, a freed window, a full claim);
+        set here and by `wake`."""
+        self.next_at = clock.monotonic()
+        """When the safety-net poll claims anyway (monotonic)."""
+        self._stopped = False
+        """Draining: outcomes are still written, nothing is claimed."""
+        self._solo = 0
+        """Outcomes to write one at a time: the database refused a batch."""
+        self.renew_at = clock.monotonic() + lease.renew_every
+        """When the leases of every held job are renewed next (monotonic)."""
+        self.cancels_at = clock.monotonic()
+        """When cancel requests are looked for next (monotonic)."""
+
+    def start(self, now: float) -> None:
+        """The supervisor started at monotonic `now`: the first renewal is
+        due one renewal interval later."""
+        self.renew_at = now + self.lease.renew_every
+
+    def wake(self) -> None:
+        """Claims at the next pass (the database said jobs came, or a
+        window may have room)."""
+        self.want = True
+
+    def stop(self) -> None:
+        """Draining: from now on outcomes are still written, nothing is claimed."""
+        self._stopped = True
+
+    def room(self) -> int:
+        """How many more jobs may be claimed now: idle ready children, and
+        as many ahead as their depth allows."""
+        if self._stopped:
+            return 0
+        # While a child starts, nothing is claimed ahead: the new child takes the next job.
+        depth = window_depth(self.attempts.mean_s) if self.pool.all_ready() else 1
+        capacity = held = 0
+        for i in self.pool.available():
+            left = self.pool.jobs_left(i)  # a child due for recycling takes no more
+            capacity += depth if left is None else min(depth, left)
+            held += i in self.attempts.running
+        return max(0, capacity - held - len(self.attempts.reserved))
+
+    def step(self, now: float) -> None:
+        """Submits one cycle if there is something to write or room to fill."""
+        if self.db.busy("cycle") or not self.db.ok(now):
+            return
+        claim_due = self.want or now >= self.next_at
+        count = self.room() if claim_due else 0
+        batch = self.attempts.unwritten(1 if self._solo else None)
+        if not count and not batch:
+            return
+        if count:
+            self.next_at = now + self.settings.poll
+            self.want = False
+        wall = self.clock.now()
+        lease_until = self.lease.until(wall)
+
+        def answered(cycle: Cycle) -> None:
+            self._recorded(batch, cycle.lost)
+            self._dispatch(cycle, lease_until)
+            if count and len(cycle.claimed) == count:
+                self.want = True  # there may be more
+
+        def refused(exc: errors.StoreError) -> None:
+            if count:
+                self.want = True
+            if not isinstance(exc, errors.StoreRejected):
+                return
+            if len(batch) > 1:
+                self._solo = len(batch)  # find the one the database refuses
+            elif batch:
+                log.warning("job %d: outcome refused by the database: %s", batch[0].id, exc)
+                self.attempts.refused(batch[0], str(exc))
+
+        self.db.submit(
+            "cycle",
+            lambda: self.store.job_record_and_claim(
+                outcomes=batch,
+                owner=self.owner,
+                queues=self.settings.queues,
+                count=count,
+                lease_until=lease_until,
+                now=wall,
+            ),
+            on_done=answered,
+            on_error=refused,
+        )
+
+    def renew(self, now: float) -> None:
+        """Every third of a lease: renews, in one statement, the lease of every job
+        held (running or reserved); lost ones are ended, children told the
+        time left, requested cancels honoured."""
+        if now < self.renew_at or self.db.busy("renew"):
+            return
+        self.renew_at = now + self.lease.renew_every
+        if not self.attempts.all() and not self.attempts.unwritten():
+            return
+        lease_until = self.lease.until(self.clock.now())
+
+        def renewed(renewal: Renewal) -> None:
+            self.events.emit(events.Renewed(held=len(renewal.alive)))
+            self.attempts.renewed(alive=renewal.alive, lease_until=lease_until)
+            self.attempts.cancel(renewal.cancel_requested)
+
+        self.db.submit(
+            "renew",
+            lambda: self.store.job_renew_leases(owner=self.owner, lease_until=lease_until),
+            on_done=renewed,
+        )
+
+    def poll_cancels(self, now: float) -> None:
+        """Looks for requested cancels of held jobs, every min(poll, 1 s)."""
+        if not self.attempts.all() or now < self.cancels_at or not self.db.ok(now):
+            return
+        if self.db.busy("cancels"):
+            return
+        self.cancels_at = now + min(self.settings.poll, 1.0)
+        self.db.submit(
+            "cancels",
+            lambda: self.store.job_cancel_requested(owner=self.owner),
+            on_done=self.attempts.cancel,
+        )
+
+    def _recorded(self, batch: list[models.Outcome], lost: list[int]) -> None:
+        self.attempts.written(batch)
+        if self._solo:
+            self._solo = max(0, self._solo - len(batch))
+        for id_ in lost:
+            log.warning(
+                "job %d: outcome not recorded, its lease was lost to another supervisor", id_
+            )
+
+    def _dispatch(self, cycle: Cycle, lease_until: float) -> None:
+        """Reserves the claimed jobs there is room for (idle children take
+        them at once); the rest go back."""
+        room = self.room()
+        wall = self.clock.now()
+        for n, job in enumerate(cycle.claimed):
+            waited = max(0.0, wall - job.run_at)
+            self.events.emit(events.Claimed(job.id, job.name, job.queue, job.attempt, waited))
+            if n < room:
+                self.attempts.reserve(job, lease_until=lease_until)
+            else:
+                self.attempts.hand_back(job)

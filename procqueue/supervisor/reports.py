@@ -1,0 +1,142 @@
+"""What a supervisor writes about attempts while they run: durable steps,
+progress (at most every `progress_interval` per job) and the child's pid.
+
+Every write is fenced by (id, attempt) and submitted to the database
+thread, never waited on; a write that finds the attempt no longer running
+means its lease is lost, and the attempt is ended.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import msgspec
+
+from procqueue import errors, protocol
+from procqueue.store.base import Store
+from procqueue.supervisor.attempt import Attempt
+from procqueue.supervisor.children.slots import Children
+from procqueue.supervisor.dbthread import DbCalls
+from procqueue.supervisor.faults import Faults
+from procqueue.supervisor.running import Attempts
+from procqueue.supervisor.settings import Settings
+
+PID_AFTER_S = 1.0
+"""The child's pid is written for jobs that report progress or run this long."""
+
+
+class AttemptWrites:
+    """Submits one supervisor's writes about its running attempts."""
+
+    def __init__(
+        self,
+        *,
+        attempts: Attempts,
+        pool: Children,
+        store: Store,
+        db: DbCalls,
+        settings: Settings,
+        faults: Faults | None,
+    ) -> None:
+        self.attempts = attempts
+        self.pool = pool
+        self.store = store
+        self.db = db
+        self.settings = settings
+        self.faults = faults
+
+    def step(self, index: int, message: protocol.Step) -> None:
+        """Saves a durable step the child in slot `index` reported, then lets
+        the job go on (StepSaved); ends the attempt if it can't be saved."""
+        a = self.attempts.running.get(index)
+        if a is None or a.kill is not None or message.job_id != a.job.id:
+            return
+        if self.faults is not None and self.faults.kills(message.name):
+            words = f"killed by fault injector in step {message.name!r}"
+            self.attempts.kill(a, "error", words, hard=True)
+            return
+        try:
+            msgspec.json.decode(message.value)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            words = f"step {message.name!r} is not valid JSON: {exc}"
+            self.attempts.kill(a, "error", words, hard=True)
+            return
+
+        def saved(ok: bool) -> None:
+            if self.attempts.running.get(a.child) is not a or a.kill is not None:
+                return
+            if ok:
+                self.pool.send(a.child, protocol.StepSaved(job_id=a.job.id, name=message.name))
+            else:
+                self.attempts.kill(a, "lease", "lease lost", hard=True)
+
+        def refused(exc: errors.StoreError) -> None:
+            if self.attempts.running.get(a.child) is a:
+                words = f"step {message.name!r} could not be saved: {exc}"
+                self.attempts.kill(a, "error", words, hard=True)
+
+        job = a.job
+        save = functools.partial(
+            self.store.job_save_step,
+            id=job.id,
+            attempt=job.attempt,
+            name=message.name,
+            value=message.value,
+        )
+        self.db.submit(f"step:{job.id}", save, on_done=saved, on_error=refused)
+
+    def flush(self, now: float) -> None:
+        """Submits progress (at most every `progress_interval` per job) and
+        the pid of jobs that report progress or run over a second."""
+        for a in self.attempts.running.values():
+            if a.kill is not None or a.started is None:
+                continue
+            job = a.job
+            if (
+                a.progress_unwritten
+                and a.progress is not None
+                and now - a.progress_written_at >= self.settings.progress_interval
+                and not self.db.busy(f"progress:{job.id}")
+                and self.db.ok(now)
+            ):
+                text, fraction = self.attempts.progress_sent(a, now)
+                write = functools.partial(
+                    self.store.job_set_progress,
+                    id=job.id,
+                    attempt=job.attempt,
+                    text=text,
+                    fraction=fraction,
+                )
+                self._fenced(a, "progress", write)
+            if (
+                not a.pid_written
+                and (now - a.started >= PID_AFTER_S or a.progress is not None)
+                and self.db.ok(now)
+            ):
+                self.attempts.pid_sent(a)
+                write = functools.partial(
+                    self.store.job_set_pid, id=job.id, attempt=job.attempt, pid=a.pid
+                )
+                self._fenced(a, "pid", write)
+
+    def next_due(self) -> float | None:
+        """The earliest monotonic time `flush` has work."""
+        due: list[float] = []
+        for a in self.attempts.running.values():
+            if a.kill is not None or a.started is None:
+                continue
+            if a.progress_unwritten:
+                due.append(a.progress_written_at + self.settings.progress_interval)
+            elif not a.pid_written:
+                due.append(a.started + PID_AFTER_S)
+        return min(due) if due else None
+
+    def _fenced(self, a: Attempt, what: str, call: Callable[[], bool]) -> None:
+        """Submits a fenced write about `a`; a False answer means its lease is lost."""
+
+        def answered(ok: bool) -> None:
+            if ok is False and self.attempts.running.get(a.child) is a and a.kill is None:
+                self.attempts.kill(a, "lease", "lease lost", hard=True)
+
+        self.db.submit(f"{what}:{a.job.id}", call, on_done=answered)

@@ -1,0 +1,280 @@
+"""The sections of docs/benchmarks.md under "procqueue alone": the procqueue-only parts."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from benchkit.formatting import fmt
+
+
+def children(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """No-op drain rates by number of children."""
+    sizes = result["sizes"]
+    out: list[str] = []
+    add = out.append
+    if result.get("scaling"):
+        add("### Children\n")
+        add(
+            f"No-op drain of {sizes['scaling_jobs']:,} jobs, gate-held as above, with 1-8 "
+            "children (one run each).\n"
+        )
+        add("| backend | children | drain jobs/s | enqueue jobs/s | supervisor CPU µs/job |")
+        add("| --- | ---: | ---: | ---: | ---: |")
+        for r in result["scaling"]:
+            add(
+                f"| {r['system']} | {r['workers']} | {fmt(r.get('drain_jobs_s'))} "
+                f"| {fmt(r.get('enqueue_jobs_s'))} | {fmt(r.get('supervisor_cpu_us_per_job'))} |"
+            )
+        add("")
+    return out
+
+
+def backlog(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """A large backlog pending before the supervisor starts."""
+    sizes = result["sizes"]
+    out: list[str] = []
+    add = out.append
+    if result.get("backlog"):
+        add(f"### {sizes['backlog_jobs']:,} jobs pending before the supervisor starts\n")
+        add(
+            f"The jobs are enqueued (app.enqueue_many, 10,000 a call) into a fresh store, then "
+            "a supervisor with 2 children starts. Rates are per tenth of the jobs done; the "
+            "supervisor's RSS is sampled every 0.5 s. A run is cut after "
+            f"{sizes['backlog_budget_s']:.0f} s on PostgreSQL and "
+            f"{sizes['backlog_budget_sqlite_s']:.0f} s on SQLite (then only part of the backlog "
+            "is done).\n"
+        )
+        add(
+            "| backend | done | enqueue jobs/s | drain jobs/s | first → last window jobs/s "
+            "| RSS MB: start → 10% → end (max) | supervisor CPU µs/job |"
+        )
+        add("| --- | ---: | ---: | ---: | --- | --- | ---: |")
+        for b in result["backlog"]:
+            if b.get("status") == "error":
+                add(f"| {b['system']} | error: {b.get('error')} | | | | | |")
+                continue
+            add(
+                f"| {b['system']} | {b['completed']:,} | {fmt(b.get('enqueue_jobs_s'))} "
+                f"| {fmt(b.get('drain_jobs_s'))} "
+                f"| {fmt(b.get('first_window_jobs_s'))} → {fmt(b.get('last_window_jobs_s'))} "
+                f"| {b['rss_mb_first']:.1f} → {b['rss_mb_at_10pct']:.1f} → {b['rss_mb_last']:.1f} "
+                f"({b['rss_mb_max']:.1f}) | {fmt(b.get('supervisor_cpu_us_per_job'))} |"
+            )
+        add("")
+    return out
+
+
+def scaling_chart(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """The chart of the children table."""
+    out: list[str] = []
+    add = out.append
+    for chart in charts:
+        if chart.name == "bench-scaling.png":
+            add(f"![{chart.stem}]({os.path.relpath(chart, md_dir)})\n")
+    return out
+
+
+def pending(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Supervisor CPU and memory by jobs pending per child."""
+    out: list[str] = []
+    add = out.append
+    pending = result.get("pending") or []
+    if pending:
+        add("### Supervisor CPU and memory by jobs pending per child\n")
+        add(
+            "A fresh store and a warm supervisor with 2 children for each size; both children "
+            "held by gate jobs while 2 x N no-op jobs are enqueued (N pending per child), then "
+            "the gate opens and they drain. Supervisor CPU is the run time of the supervisor "
+            "process's threads (children excluded; `/proc/PID/task/*/schedstat`, to the "
+            "nanosecond) over the drain, per job, the two gate jobs' outcomes included; RSS "
+            "idle (before the enqueue), with the "
+            "jobs pending (just before the gate opens) and the highest sampled every 0.1 s "
+            "during the drain.\n"
+        )
+        add(
+            "| backend | pending per child | jobs | drain jobs/s | supervisor CPU µs/job "
+            "| RSS MB idle | RSS MB pending | RSS MB max |"
+        )
+        add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for r in pending:
+            if r.get("status") == "error":
+                add(
+                    f"| {r['system']} | {r['pending_per_child']:,} | error: {r.get('error')} "
+                    "| | | | | |"
+                )
+                continue
+            mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
+            add(
+                f"| {r['system']} | {r['pending_per_child']:,} | {r['jobs']:,} "
+                f"| {fmt(r.get('drain_jobs_s'))}{mark} "
+                f"| {fmt(r.get('supervisor_cpu_us_per_job'))} "
+                f"| {fmt(r.get('rss_mb_idle'), 1)} | {fmt(r.get('rss_mb_pending'), 1)} "
+                f"| {fmt(r.get('supervisor_rss_mb_max'), 1)} |"
+            )
+        add("")
+        for chart in charts:
+            if chart.name == "bench-pending.png":
+                add(f"![{chart.stem}]({os.path.relpath(chart, md_dir)})\n")
+    return out
+
+
+def storm(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """The progress storm: its CPU cost and other jobs' latency meanwhile."""
+    sizes = result["sizes"]
+    out: list[str] = []
+    add = out.append
+    storms = result.get("storm") or []
+    if storms:
+        add("### Progress storm\n")
+        add(
+            f"A job that calls `cx.progress(fraction=...)` in a tight loop for "
+            f"{sizes['storm_s']:g} s, {sizes['storm_jobs']} of them one after the other, on a "
+            "warm supervisor with 2 children (the storm job holds one). Supervisor CPU is the "
+            "run time of the supervisor process's threads (children excluded; schedstat, to "
+            "the nanosecond) as % of one core over the storm jobs' run time; the cost of the "
+            "storm is that minus the supervisor's idle CPU (measured for as long before). The "
+            "other jobs' latency is measured by no-op probes sent one at a time (10-30 ms "
+            "apart) to the other child during a second series of storm jobs, and compared "
+            "with the same probes without a storm. procqueue only: none of the peers has an "
+            "equivalent. Where a peer's job can report progress at all (Celery's "
+            "`update_state`, RQ's `job.meta` and `save_meta()`), the job writes to the broker "
+            "or result backend itself, with no supervising process in between whose cost "
+            "could be compared.\n"
+        )
+        add(
+            "| backend | progress calls/s | supervisor % of a core: idle → storm (cost) "
+            "| storm + probes | probes alone | other jobs' p50 / p99 ms during storm "
+            "| without storm |"
+        )
+        add("| --- | ---: | --- | ---: | ---: | --- | --- |")
+        for r in storms:
+            if r.get("status") == "error":
+                add(f"| {r['system']} | error: {r.get('error')} | | | | | |")
+                continue
+            add(
+                f"| {r['system']} | {fmt(r.get('progress_calls_per_s'))} "
+                f"| {fmt(r['idle_cpu_pct'], 1)} → {fmt(r['storm_cpu_pct'], 1)} "
+                f"(**{fmt(r['storm_cost_pct'], 1)}**) "
+                f"| {fmt(r.get('storm_with_probes_cpu_pct'), 1)} "
+                f"| {fmt(r.get('probes_alone_cpu_pct'), 1)} "
+                f"| {fmt(r.get('probe_p50_ms_during_storm'), 2)} / "
+                f"{fmt(r.get('probe_p99_ms_during_storm'), 2)} "
+                f"(n={r.get('probes_during_storm')}) "
+                f"| {fmt(r.get('probe_p50_ms_without_storm'), 2)} / "
+                f"{fmt(r.get('probe_p99_ms_without_storm'), 2)} "
+                f"(n={r.get('probes_without_storm')}) |"
+            )
+        add("")
+    return out
+
+
+def long_jobs(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Overhead per job of 1-second jobs on 8 children."""
+    out: list[str] = []
+    add = out.append
+    long_runs = result.get("long_jobs") or []
+    if long_runs:
+        first = long_runs[0]
+        add(f"### {first['jobs']:,} jobs of {first['job_s']:g} s on {first['children']} children\n")
+        add(
+            f"Each job sleeps {first['job_s']:g} s (no CPU to compete for on 2 cores). All are "
+            f"enqueued in one batch into a warm supervisor with {first['children']} children; "
+            "wall = first enqueue → last end; ideal = jobs x job time / children. The "
+            "overhead per job is (wall - ideal) / (jobs per child): the time each job costs "
+            "beyond its own, as a fraction of the job's time. The gap is a child's idle time "
+            "between the end of one job and the start of its next.\n"
+        )
+        add(
+            "| backend | done | wall s | ideal s | wall / ideal | overhead per job ms "
+            "| overhead / job time | gap p50 / p99 ms | supervisor CPU µs/job (% of a core) "
+            "| supervisor RSS max MB |"
+        )
+        add("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: |")
+        for r in long_runs:
+            if r.get("status") == "error":
+                add(f"| {r['system']} | error: {r.get('error')} | | | | | | | | |")
+                continue
+            frac = r.get("overhead_fraction")
+            mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
+            add(
+                f"| {r['system']} | {r['completed']:,}{mark} | {r['wall_s']:.2f} "
+                f"| {r['ideal_s']:.2f} | {fmt(r.get('wall_over_ideal'), 4)} "
+                f"| {fmt(r.get('overhead_per_job_ms'), 2)} "
+                f"| {'-' if frac is None else f'{frac * 100:.3f}%'} "
+                f"| {fmt(r.get('gap_p50_ms'), 2)} / {fmt(r.get('gap_p99_ms'), 2)} "
+                f"| {fmt(r.get('supervisor_cpu_us_per_job'))} "
+                f"({fmt(r.get('supervisor_cpu_pct'), 2)}%) "
+                f"| {fmt(r.get('supervisor_rss_mb_max'), 1)} |"
+            )
+        add("")
+    return out
+
+
+def fresh_child(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """The no-op drain with a fresh child per job."""
+    sizes = result["sizes"]
+    out: list[str] = []
+    add = out.append
+    fresh = result.get("fresh_child") or []
+    if fresh:
+        add("### A fresh process per job (`--max-jobs-per-child 1`)\n")
+        add(
+            f"The no-op drain (gate-held, 2 children) of {sizes['fresh_child_jobs']:,} jobs "
+            "with `procqueue supervise --max-jobs-per-child 1`: every job runs in a child "
+            "started for it. The goal, once a fork server lands, is >= 200 jobs/s.\n"
+        )
+        add("| backend | done | drain jobs/s | child processes | supervisor CPU µs/job |")
+        add("| --- | ---: | ---: | ---: | ---: |")
+        for r in fresh:
+            if r.get("status") == "error":
+                add(f"| {r['system']} | error: {r.get('error')} | | | |")
+                continue
+            mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
+            add(
+                f"| {r['system']} | {r.get('completed', 0):,} / {r.get('expected', 0):,}{mark} "
+                f"| {fmt(r.get('drain_jobs_s'))} | {r.get('child_pids')} "
+                f"| {fmt(r.get('supervisor_cpu_us_per_job'))} |"
+            )
+        add("")
+    return out
+
+
+def profile(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Where the supervisor's CPU goes, from py-spy."""
+    out: list[str] = []
+    add = out.append
+    if result.get("profiles"):
+        add("### Where the supervisor's CPU goes\n")
+        add(
+            "py-spy (`record --nonblocking --function --threads`, 250 Hz; idle samples "
+            "excluded, so the shares are of on-CPU time) sampled the supervisor process during "
+            "a gate-held drain of no-op jobs (a run of its own, not "
+            "one of the measured ones). Only the main thread, which runs the supervisor's loop, "
+            "is counted. Time inside `Connection.wait` is psycopg's C code driving libpq "
+            "(sending, receiving and parsing), spent per round trip to the server.\n"
+        )
+        for p in result["profiles"]:
+            if p.get("status") == "error":
+                add(f"- {p['system']}: profile failed: {p.get('error')}")
+                continue
+            add(
+                f"**{p['system']}** — {p['jobs']:,} jobs, {p['samples']:,} samples; "
+                "drain under the profiler "
+                f"{p['drain_jobs_s_under_profiler']:,.0f} jobs/s.\n"
+            )
+            add("| self time: function (file) | % | | inclusive (callees included) | % |")
+            add("| --- | ---: | --- | --- | ---: |")
+            left, right = p["self_top"][:15], p["inclusive_top"][:22]
+            for i in range(max(len(left), len(right))):
+                a = f"`{left[i][0]}` | {left[i][1]}" if i < len(left) else " | "
+                b = f"`{right[i][0]}` | {right[i][1]}" if i < len(right) else " | "
+                add(f"| {a} | | {b} |")
+            add("")
+            add(
+                "Self time by package: "
+                + ", ".join(f"{k} {v}%" for k, v in p["self_by_package"][:8])
+                + "\n"
+            )
+    return out

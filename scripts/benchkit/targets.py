@@ -1,0 +1,153 @@
+"""The goals of the page's Goals table, each with the value a run measured and whether it is met."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchkit.settings import PQ_SYSTEMS
+
+
+def median_of(summary: dict[str, Any], workload: str, system: str, key: str) -> float | None:
+    entry = summary["per_system"].get(workload, {}).get(system, {}).get(key)
+    return entry["median"] if entry else None
+
+
+def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every goal with its measured value and verdict (met: True/False, None: not measured).
+
+    ``source`` is ``issue 13`` for the goals of the speed issue, ``earlier`` for
+    targets of earlier issues that it did not replace, ``reference`` for figures
+    with a stated goal that is not yet expected to hold."""
+    s = result["summary"]
+    ratios = s["ratios"]
+    runs = result["runs"]
+    targets: list[dict[str, Any]] = []
+
+    def add(name: str, value: Any, met: bool | None, detail: str, source: str) -> None:
+        targets.append(
+            {"target": name, "value": value, "met": met, "detail": detail, "source": source}
+        )
+
+    def drain_ratio(
+        pq_name: str, peer: str, goal: float, label: str, source: str, peer_label: str = ""
+    ) -> None:
+        stat = ratios.get(pq_name, {}).get("throughput_noop", {}).get("drain_jobs_s", {}).get(peer)
+        cut = sum(
+            1
+            for run in runs
+            if run["workload"] == "throughput_noop"
+            and run["system"] in (peer, pq_name)
+            and run.get("status") != "ok"
+        )
+        mine = median_of(s, "throughput_noop", pq_name, "drain_jobs_s")
+        theirs = median_of(s, "throughput_noop", peer, "drain_jobs_s")
+        if stat is None:
+            detail = "not measured"
+        elif stat["n"] > 1:
+            detail = (
+                f"median of {stat['n']} per-repetition ratios, range "
+                f"{stat['min']:.2f}-{stat['max']:.2f}; {mine or 0:,.0f} vs {theirs or 0:,.0f} "
+                "jobs/s"
+            )
+        else:
+            detail = f"{mine or 0:,.0f} vs {theirs or 0:,.0f} jobs/s, one repetition"
+        if cut:
+            detail += f"; {cut} of the runs compared did not finish (rate over the time run)"
+        add(
+            f"no-op drain, {label} >= {goal:g}x {peer_label or peer}",
+            stat and round(stat["median"], 2),
+            None if stat is None else stat["median"] >= goal,
+            detail,
+            source,
+        )
+
+    drain_ratio("procqueue-pg", "pgqueuer", 1.0, "PostgreSQL", "issue 13", "pgqueuer (one process)")
+    drain_ratio(
+        "procqueue-pg", "huey-pg", 1.5, "PostgreSQL", "issue 13", "Huey on PostgreSQL (huey-pg)"
+    )
+    drain_ratio(
+        "procqueue-sqlite", "huey-redis", 2.0, "SQLite", "issue 13", "Huey on Redis (huey-redis)"
+    )
+    for system, limit in (("procqueue-pg", 1.5), ("procqueue-sqlite", 1.0)):
+        v = median_of(s, "latency", system, "p50_ms")
+        add(
+            f"enqueue → start p50 <= {limit} ms while idle ({system})",
+            v and round(v, 2),
+            None if v is None else v <= limit,
+            "enqueue call to job start, one job at a time, median over repetitions",
+            "issue 13",
+        )
+    for system in PQ_SYSTEMS:
+        v = median_of(s, "throughput_noop", system, "supervisor_cpu_us_per_job")
+        add(
+            f"supervisor CPU <= 100 µs per no-op job ({system})",
+            v and round(v),
+            None if v is None else v <= 100,
+            "utime+stime of the supervisor process alone over the no-op drain",
+            "issue 13",
+        )
+    for st in result.get("storm", []):
+        v = st.get("storm_cost_pct")
+        ok = st.get("status") != "error" and v is not None
+        add(
+            f"a job calling cx.progress() in a tight loop costs the supervisor <= 5% of a core "
+            f"({st['system']})",
+            round(v, 2) if ok else None,
+            v <= 5.0 if ok else None,
+            f"{st['storm_cpu_pct']:.1f}% during the storm minus {st['idle_cpu_pct']:.1f}% idle; "
+            f"{st['progress_calls_per_s'] or 0:,.0f} progress calls/s"
+            if ok
+            else f"not measured: {st.get('error', st.get('status'))}",
+            "issue 13",
+        )
+    for system in PQ_SYSTEMS:
+        v = median_of(s, "cpu_heavy", system, "wall_over_job_cpu")
+        job = median_of(s, "cpu_heavy", system, "mean_job_cpu_ms")
+        add(
+            f"CPU-heavy batch wall <= 1.05x the jobs' CPU time / children ({system})",
+            v and round(v, 3),
+            None if v is None else v <= 1.05,
+            f"{result['sizes']['cpu_jobs']} jobs of ~{job or 0:.0f} ms CPU over 2 children; "
+            "wall = first enqueue → last end",
+            "issue 13",
+        )
+    for r in result.get("fresh_child", []):
+        v = r.get("drain_jobs_s") if r.get("status") != "error" else None
+        add(
+            f"no-op drain with --max-jobs-per-child 1 >= 200 jobs/s ({r['system']})",
+            v and round(v),
+            None if v is None else v >= 200,
+            f"a fresh child process per job, {r.get('completed', 0)} jobs; "
+            "the goal once a fork server lands",
+            "reference",
+        )
+    drain_ratio("procqueue-pg", "procrastinate", 4.0, "PostgreSQL", "earlier")
+    v = median_of(s, "latency", "procqueue-pg", "p99_ms")
+    add(
+        "enqueue → start p99 <= 5.0 ms while idle (procqueue-pg)",
+        v and round(v, 2),
+        None if v is None else v <= 5.0,
+        "enqueue call to job start, median over repetitions",
+        "earlier",
+    )
+    v = median_of(s, "throughput_noop", "procqueue-pg", "enqueue_jobs_s")
+    add(
+        "enqueue_many >= 50,000 jobs/s on PostgreSQL",
+        v and round(v),
+        None if v is None else v >= 50_000,
+        "one app.enqueue_many call for the whole batch",
+        "earlier",
+    )
+    for b in result.get("backlog", []):
+        if b.get("status") == "error" or "rss_mb_last" not in b:
+            continue
+        growth = b["rss_mb_last"] - b["rss_mb_at_10pct"]
+        add(
+            f"supervisor RSS flat over {b['completed']:,} jobs ({b['system']})",
+            round(growth, 1),
+            growth <= max(2.0, 0.05 * b["rss_mb_at_10pct"]),
+            f"{b['rss_mb_at_10pct']:.1f} MB after 10% of the jobs, {b['rss_mb_last']:.1f} MB at "
+            f"the end (max {b['rss_mb_max']:.1f}); flat = grew <= max(2 MB, 5%)",
+            "earlier",
+        )
+    return targets

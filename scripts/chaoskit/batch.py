@@ -1,0 +1,122 @@
+"""The chaos run's batch, enabled by ``--batch-members N``.
+
+N more jobs, of the cheap kinds (``short``; ``crash_once``, which dies on
+its first attempt; ``crash``, which dies on every attempt and fails), are
+enqueued at the start of the chaos as one batch, in one call, while
+supervisors are being killed (and, on PostgreSQL, their connections cut).
+They are ordinary chaos jobs with keys, so every other invariant applies to
+them too. Both handlers are `jobs.batch_done`. After the settle, one
+invariant: the batch completed exactly once, after its last member ended,
+and enqueued exactly one on_complete (and on_success only if every member
+is done), whose argument holds the batch's final counts.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from procqueue import App, BatchInfo, JobInfo, JobState, errors
+from tests.chaos import jobs as chaos_jobs
+
+Plan = list[tuple[str, dict[str, Any], dict[str, Any], str]]
+HANDLER = chaos_jobs.batch_done.name
+J = "tests.chaos.jobs."
+
+
+class BatchPart:
+    """One batch of chaos jobs and its invariant."""
+
+    def __init__(self, app: App, members: int, say: Callable[[str], None]) -> None:
+        self.app = app
+        self.members = members
+        self.say = say
+        self.id: int | None = None
+
+    def plan(self, seed: int) -> Plan:
+        """The members: mostly ``short``, 1 in 25 ``crash_once``, 1 in 100 ``crash``."""
+        rng = random.Random(seed + 15)
+        out: Plan = []
+        for n in range(self.members):
+            r = rng.random()
+            how = rng.choice(["segv", "exit"])
+            if r < 0.01:
+                kind, args = "crash", {"how": how}
+            elif r < 0.05:
+                kind, args = "crash_once", {"how": how}
+            else:
+                kind, args = "short", {"n": n}
+            key = f"chaos:{seed}:batch:{n}"
+            out.append((J + kind, args, {"key": key}, key))
+        return out
+
+    def enqueue(self, seed: int, enqueue: Callable[[Plan], None]) -> None:
+        """Enqueues the members as one batch through `enqueue` (the
+        harness's, which retries through outages; keys make a retry
+        idempotent)."""
+        if self.members <= 0:
+            return
+        head = self.plan(seed)
+        batch = self._retrying(
+            lambda: self.app.batch(
+                "chaos", on_complete=HANDLER, on_success=HANDLER, meta={"members": len(head)}
+            )
+        )
+        self.id = batch.id
+        t0 = time.monotonic()
+        try:
+            with batch:  # members join through the App's enqueue_many, in one call
+                enqueue(head)
+        except errors.StoreError:
+            pass  # the exit's seal failed in an outage: sealed again below
+        self._retrying(batch.seal)  # idempotent
+        self.say(f"batch {batch.id}: {len(head)} members enqueued in {time.monotonic() - t0:.1f}s")
+
+    @staticmethod
+    def _retrying(call: Callable[[], Any]) -> Any:
+        give_up = time.monotonic() + 120
+        while True:
+            try:
+                return call()
+            except errors.StoreError:
+                if time.monotonic() > give_up:
+                    raise
+                time.sleep(0.2)
+
+    def check(self, infos: dict[int, JobInfo]) -> tuple[str, bool, str] | None:
+        """The invariant, over every job of the run (`infos`), or None when off."""
+        if self.id is None:
+            return None
+        name = "the batch completed once, after its last member, with one on_complete"
+        batch = self._retrying(lambda: self.app.batch_info(self.id))
+        members = list(self._retrying(lambda: list(self.app.batch_results(self.id))))
+        handlers = [i for i in infos.values() if i.key and i.key.startswith(f"batch:{self.id}:")]
+        problems = []
+        if batch.state != "complete" or batch.completions != 1:
+            problems.append(f"state {batch.state}, completions {batch.completions}")
+        if batch.total != self.members or len(members) != self.members:
+            problems.append(f"{batch.total} members counted, {len(members)} listed")
+        last = max((m.finished_at for m in members if m.finished_at), default=None)
+        if last is not None and batch.finished_at is not None and batch.finished_at < last:
+            problems.append(f"completed at {batch.finished_at} before a member ended at {last}")
+        kinds = sorted((h.key or "").rsplit(":", 1)[-1] for h in handlers)
+        want = ["complete", "success"] if batch.succeeded else ["complete"]
+        if kinds != want:
+            problems.append(f"handlers enqueued {kinds}, expected {want}")
+        for h in handlers:
+            fired = msgspec.convert(h.args.get("info"), BatchInfo)
+            counts = (fired.total, fired.done, fired.failed, fired.cancelled, fired.pending)
+            final = (batch.total, batch.done, batch.failed, batch.cancelled, 0)
+            if counts != final or fired.running:
+                problems.append(f"{h.key} got counts {counts}, final {final}")
+            if h.state != JobState.DONE:
+                problems.append(f"{h.key} is {h.state}")
+        detail = (
+            f"batch {self.id}: {batch.total} members ({batch.done} done, {batch.failed} failed), "
+            f"handlers {kinds}"
+        )
+        return name, not problems, detail + ("; " + "; ".join(problems[:5]) if problems else "")

@@ -1,0 +1,121 @@
+"""The command line of scripts/chaos.py: options into a Config, one run, the exit status."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+
+from scripts.chaoskit.config import Config
+from scripts.chaoskit.run import Chaos
+from tests.chaos import cluster
+
+
+def _seconds_range(text: str) -> tuple[float, float]:
+    """``MIN-MAX`` or ``N`` seconds, as (min, max)."""
+    try:
+        lo, _, hi = text.partition("-")
+        low, high = float(lo), float(hi or lo)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not MIN-MAX seconds: {text!r}") from None
+    if not 0 < low <= high:
+        raise argparse.ArgumentTypeError(f"need 0 < MIN <= MAX: {text!r}")
+    return (low, high)
+
+
+def parse_args(argv: list[str] | None) -> Config:
+    p = argparse.ArgumentParser(
+        prog="scripts/chaos.py",
+        description="Chaos run: real supervisors killed, drained and cut off from "
+        "their database while thousands of jobs run; then the invariants are checked.",
+    )
+    p.add_argument("--backend", choices=["sqlite", "postgres"], default="sqlite")
+    p.add_argument("--minutes", type=float, default=3.0, help="length of the chaos")
+    p.add_argument("--jobs", type=int, default=2000)
+    p.add_argument(
+        "--restart-server",
+        action="store_true",
+        help="PostgreSQL: also restart the server twice (only on a machine of your own)",
+    )
+    p.add_argument("--seed", type=int)
+    p.add_argument("--supervisors", type=int, default=3)
+    p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--lease", type=float, default=3.0)
+    p.add_argument(
+        "--stalls",
+        type=int,
+        default=2,
+        help="database stalls: SQLite, BEGIN EXCLUSIVE held on the file; PostgreSQL, "
+        "ACCESS EXCLUSIVE lock on the jobs table in an open transaction (default 2)",
+    )
+    p.add_argument(
+        "--stall-seconds",
+        type=_seconds_range,
+        default=(5.0, 20.0),
+        metavar="MIN-MAX",
+        help="length of each stall, drawn from MIN-MAX seconds (or one number; default 5-20)",
+    )
+    p.add_argument(
+        "--freezes",
+        type=int,
+        default=2,
+        help="supervisors SIGSTOPped while they hold jobs, then SIGCONTed (default 2)",
+    )
+    p.add_argument(
+        "--freeze-seconds",
+        type=float,
+        help="how long each stays stopped (default: the lease + 2 s, so its leases lapse)",
+    )
+    p.add_argument("--flood-seconds", type=float, default=60.0, help="0 skips the flood")
+    p.add_argument("--orphan-probes", type=int, default=3)
+    p.add_argument("--settle-timeout", type=float, default=240.0)
+    p.add_argument("--workdir")
+    p.add_argument("--keep", action="store_true", help="keep the database and logs")
+    p.add_argument("--report", help="write the figures and invariants as JSON here")
+    p.add_argument("--quiet", action="store_true")
+    p.add_argument(
+        "--batch-members",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also enqueue N cheap jobs as one batch with completion handlers",
+    )
+    a = p.parse_args(argv)
+    if a.restart_server and a.backend != "postgres":
+        p.error("--restart-server needs --backend postgres")
+    if a.stalls < 0 or a.freezes < 0:
+        p.error("--stalls and --freezes take a count >= 0")
+    return Config(
+        backend=a.backend,
+        minutes=a.minutes,
+        jobs=a.jobs,
+        restart_server=a.restart_server,
+        seed=a.seed,
+        supervisors=a.supervisors,
+        workers=a.workers,
+        lease=a.lease,
+        stalls=a.stalls,
+        stall_seconds=a.stall_seconds,
+        freezes=a.freezes,
+        freeze_seconds=a.freeze_seconds,
+        flood_seconds=a.flood_seconds,
+        orphan_probes=a.orphan_probes,
+        settle_timeout=a.settle_timeout,
+        workdir=a.workdir,
+        keep=a.keep,
+        report=a.report,
+        quiet=a.quiet,
+        batch_members=a.batch_members,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    if cfg.backend == "postgres":
+        reason = cluster.postgres_reason()
+        if reason is not None:
+            print(f"chaos: PostgreSQL unreachable at {cluster.PG_URL}: {reason}", file=sys.stderr)
+            return 2
+    chaos = Chaos(cfg)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    return 0 if chaos.run() else 1

@@ -1,0 +1,69 @@
+"""What a chaos run is configured with: the job mix, the kinds that must fail and how, the
+limits checked, and Config (the command line's options).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from procqueue import JobState
+
+SPEC = "tests.chaos.jobs"
+J = "tests.chaos.jobs."
+LIMITED = "limited"
+TERMINAL = {JobState.DONE, JobState.FAILED, JobState.CANCELLED}
+CHILD_DEATH_LIMIT_S = 2.0
+
+KINDS: dict[str, float] = {
+    "short": 0.28,
+    "cpu": 0.14,
+    "oversleep": 0.03,
+    "crash": 0.04,
+    "crash_once": 0.05,
+    "serial": 0.16,
+    "limited": 0.15,
+    "steps": 0.12,
+    "slow": 0.05,
+}
+"""The job mix (weights)."""
+SHOULD_FAIL = {"oversleep", "crash"}
+"""Kinds whose every attempt fails by design; every other kind must end done."""
+FAILURE_WORDS = {
+    "oversleep": ("timed out after", "child process killed by SIGKILL", "lost its lease"),
+    "crash": ("child process", "lost its lease"),
+}
+"""What their error must say: their own failure, or the chaos's kill of the last attempt."""
+
+
+@dataclass
+class Config:
+    backend: str = "sqlite"
+    minutes: float = 1.0
+    jobs: int = 500
+    restart_server: bool = False
+    seed: int | None = None
+    supervisors: int = 3
+    workers: int = 3
+    lease: float = 3.0
+    poll: float = 0.2
+    grace: float = 1.0
+    limit: int = 2
+    kill_every: float = 0.5
+    terminations: int = 2
+    stalls: int = 0
+    """Database stalls: a lock of the harness's own held on the database."""
+    stall_seconds: tuple[float, float] = (5.0, 20.0)
+    """Length of each stall, drawn uniformly from (min, max)."""
+    freezes: int = 0
+    """Supervisors SIGSTOPped (then SIGCONTed) while their jobs run."""
+    freeze_seconds: float | None = None
+    """How long a supervisor stays stopped (None: the lease + 2 s, so its
+    jobs' leases lapse and other supervisors rescue them)."""
+    settle_timeout: float = 150.0
+    orphan_probes: int = 3
+    flood_seconds: float = 0.0
+    workdir: str | None = None
+    keep: bool = False
+    report: str | None = None
+    quiet: bool = False
+    batch_members: int = 0
