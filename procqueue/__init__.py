@@ -22,6 +22,7 @@ from procqueue.errors import (
     SchemaTooNew,
     StoreError,
     StoreRejected,
+    StoreUnavailable,
 )
 from procqueue.jobs.context import Context
 from procqueue.jobs.registry import Job
@@ -63,6 +64,7 @@ __all__ = [
     "SchemaTooNew",
     "StoreError",
     "StoreRejected",
+    "StoreUnavailable",
     "SupervisorInfo",
     "load_app",
 ]

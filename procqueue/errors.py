@@ -12,6 +12,7 @@ A class's docstring is its default message. The tree::
     ├── InvalidState         the job is not in a state the operation accepts
     ├── StoreError           the database failed or refused
     │   ├── StoreRejected    the database refused a value (retrying won't help)
+    │   ├── StoreUnavailable the server is not reachable yet (starting, stopping, not listening)
     │   └── SchemaTooNew     the database was migrated by newer code
     ├── ProtocolError        a malformed, truncated or oversized pipe frame
     └── JobFailure           raised by job code to steer what happens next
@@ -76,6 +77,12 @@ class StoreError(ProcqueueError):
 
 class StoreRejected(StoreError):
     """The database refused a value; the same write would fail again."""
+
+
+class StoreUnavailable(StoreError):
+    """The database server could not be reached, for a reason that passes on
+    its own (it is starting up, shutting down or not listening yet); a
+    refused login or a missing database is a plain StoreError."""
 
 
 class SchemaTooNew(StoreError):

@@ -39,6 +39,7 @@ EXPORTED = [
     "SchemaTooNew",
     "StoreError",
     "StoreRejected",
+    "StoreUnavailable",
     "SupervisorInfo",
     "load_app",
 ]

@@ -6,12 +6,15 @@ from __future__ import annotations
 import argparse
 import importlib
 import ipaddress
+import logging
 import os
 import signal
 import socket
 import sys
+import time
 import types
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -23,6 +26,8 @@ from procqueue.codec import DECODE_ERRORS
 from procqueue.jobs import cron
 from procqueue.producer.app import App, load_app
 from procqueue.supervisor.settings import Settings
+
+T = TypeVar("T")
 
 PRUNE_BATCH = 10_000
 """Jobs deleted per statement by ``prune``, so no transaction grows unbounded."""
@@ -115,13 +120,36 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     # children import the module afresh: its App() must find the same database
     # when job code enqueues follow-up work
     os.environ[DSN_ENV] = str(app.dsn)
+    # one line per event on stderr, unless the job module configured logging
+    logs.setup(chosen.log_level or "info", chosen.log_format or "text")
     try:
-        supervisor = Supervisor(app, spec=args.app, settings=settings)
-        # one line per event on stderr, unless the job module configured logging
-        logs.setup(chosen.log_level or "info", chosen.log_format or "text")
+        supervisor = _when_reachable(lambda: Supervisor(app, spec=args.app, settings=settings))
         return supervisor.run(install_signals=True)
     finally:
         app.close()
+
+
+STARTUP_WAIT_S = 60.0
+"""How long a starting supervisor waits for a database server that is not
+reachable yet (deployed together with it, or restarting)."""
+
+
+def _when_reachable(make: Callable[[], T], *, wait: float = STARTUP_WAIT_S) -> T:
+    """`make()`, tried again while it raises StoreUnavailable, for up to
+    `wait` seconds, with one WARNING per try; the last failure propagates.
+    A refused login or a missing database fails at once."""
+    log = logging.getLogger("procqueue.supervisor")
+    give_up = time.monotonic() + wait
+    pause = 0.25
+    while True:
+        try:
+            return make()
+        except errors.StoreUnavailable as exc:
+            if time.monotonic() + pause > give_up:
+                raise
+            log.warning("%s; trying again in %gs", exc, pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
 
 def _find_job_app(name: str) -> App:

@@ -71,6 +71,17 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _passing(message: str) -> bool:
+    """Whether a failed connection's libpq `message` (which carries no
+    SQLSTATE) says the server is away for now: nothing answered, or the
+    server answered that it is starting, stopping, recovering or full. A
+    FATAL about the login or the database (auth, missing role or database,
+    pg_hba) does not pass by waiting."""
+    if "FATAL:" not in message:
+        return True
+    return any(s in message for s in ("the database system is", "too many clients"))
+
+
 def _lock_key(purpose: str, schema: str) -> int:
     """A fixed advisory-lock key per (purpose, schema): signed 64 bits."""
     digest = hashlib.blake2b(f"procqueue:{purpose}:{schema}".encode(), digest_size=8).digest()
@@ -188,7 +199,8 @@ class PostgresDialect:
         try:  # a direct attempt first: it fails fast and says why
             psycopg.connect(self._conninfo, **self._kwargs).close()
         except psycopg.Error as exc:
-            raise errors.StoreError(self._unreachable(_first_line(exc))) from None
+            kind = errors.StoreUnavailable if _passing(str(exc)) else errors.StoreError
+            raise kind(self._unreachable(_first_line(exc))) from None
         self._pool: psycopg_pool.ConnectionPool[Conn] = psycopg_pool.ConnectionPool(
             self._conninfo,
             min_size=1,

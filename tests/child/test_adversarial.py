@@ -68,7 +68,10 @@ class Cluster:
                 spec=SPEC,
                 log_path=self.folder / f"sup{self.starts}.log",
                 workers=self.workers,
-                lease=10,
+                # the default lease: on SQLite each write to a 50 MB job's row
+                # (claim, pid, renewal, outcome) rewrites all of it, seconds on a
+                # busy machine, and these tests are about sizes, not lease margins
+                lease=30,
                 poll=0.05,
             )
         return self.sup
