@@ -16,6 +16,9 @@ ERROR_MAX_CHARS = 2000
 
 class JobState(enum.StrEnum):
     PENDING = "pending"
+    RESERVED = "reserved"
+    """Claimed by a supervisor and waiting in its memory for an idle child (in
+    the database it is ``running``: it counts against limits and serial keys)."""
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
@@ -23,6 +26,10 @@ class JobState(enum.StrEnum):
 
 
 TERMINAL_STATES = frozenset({JobState.DONE, JobState.FAILED, JobState.CANCELLED})
+HELD_STATES = frozenset({JobState.RESERVED, JobState.RUNNING})
+"""Held by a supervisor under a lease (``running`` in the database)."""
+STORED_STATES = frozenset(JobState) - {JobState.RESERVED}
+"""The states a row holds; ``reserved`` is a ``running`` row no child started yet."""
 
 
 MAX_SECONDS = 10 * 365 * 86400.0
@@ -233,6 +240,8 @@ class QueueInfo(msgspec.Struct, frozen=True):
     limit: int | None
     paused: bool
     pending: int = 0
+    reserved: int = 0
+    """Claimed ahead, waiting in a supervisor's memory for an idle child."""
     running: int = 0
     done: int = 0
     failed: int = 0

@@ -23,6 +23,7 @@ JOB_FIELDS = tuple(models.JobInfo.__struct_fields__)
 
 STATS_FIELDS = (
     "pending",
+    "reserved",
     "running",
     "done",
     "failed",
@@ -118,10 +119,10 @@ ERROR_COLUMN_CHARS = 60
 
 
 def job_headers(state: str | None) -> tuple[str, ...]:
-    """JOB_HEADERS, plus the error of failed jobs or the owner of running ones."""
+    """JOB_HEADERS, plus the error of failed jobs or the owner of held ones."""
     if state == "failed":
         return (*JOB_HEADERS, "error")
-    if state == "running":
+    if state in ("reserved", "running"):
         return (*JOB_HEADERS, "owner")
     return JOB_HEADERS
 
@@ -141,7 +142,7 @@ def job_row(info: models.JobInfo, state: str | None = None) -> list[object]:
     ]
     if state == "failed":
         row.append(first_line(info.error, ERROR_COLUMN_CHARS))
-    elif state == "running":
+    elif state in ("reserved", "running"):
         row.append(owner(info.owner))
     return row
 
@@ -222,13 +223,23 @@ def stats_document(queues: Iterable[models.QueueInfo]) -> dict[str, dict[str, di
     return {"queues": {q.name: {f: getattr(q, f) for f in STATS_FIELDS} for q in queues}}
 
 
-STATS_HEADERS = ("queue", "pending", "running", "done", "failed", "cancelled", "oldest pending")
+STATS_HEADERS = (
+    "queue",
+    "pending",
+    "reserved",
+    "running",
+    "done",
+    "failed",
+    "cancelled",
+    "oldest pending",
+)
 
 
 def stats_row(q: models.QueueInfo) -> list[object]:
     return [
         q.name,
         q.pending,
+        q.reserved,
         q.running,
         q.done,
         q.failed,
@@ -243,6 +254,7 @@ QUEUE_HEADERS = (
     "limit set by",
     "paused",
     "pending",
+    "reserved",
     "running",
     "oldest pending",
     "done",
@@ -260,6 +272,7 @@ def queue_row(q: models.QueueInfo) -> list[object]:
         by,
         q.paused,
         q.pending,
+        q.reserved,
         q.running,
         age(q.oldest_pending_age),
         q.done,

@@ -18,7 +18,7 @@ from urllib.parse import quote, urlencode
 import msgspec
 
 from procqueue import models
-from procqueue.models import JobInfo, JobState, QueueInfo
+from procqueue.models import HELD_STATES, JobInfo, JobState, QueueInfo
 
 STATES = [s.value for s in JobState]
 PREVIEW_CHARS = 160
@@ -161,7 +161,7 @@ def job_view(info: JobInfo, now: dt.datetime, *, full: bool = False) -> View:
         "deadline_iso": iso(info.deadline_at),
         "owner": owner(info.owner) if running else "",
         "orphaned": "1" if info.orphaned else "",
-        "can_cancel": "1" if state in (JobState.PENDING, JobState.RUNNING) else "",
+        "can_cancel": "1" if state in (JobState.PENDING, *HELD_STATES) else "",
         "can_retry": "1" if state in (JobState.FAILED, JobState.CANCELLED) else "",
         "cancel_url": f"/api/jobs/{info.id}/cancel",
         "retry_url": f"/api/jobs/{info.id}/retry",

@@ -52,7 +52,7 @@ class Control:
         info = self.store.job_get(id=_job_id(id))
         if info is None:
             raise errors.JobNotFound(f"no job {id}")
-        if info.state != models.JobState.RUNNING:
+        if info.state not in models.HELD_STATES:
             return info
         return self._orphans([info])[0]
 
@@ -106,7 +106,7 @@ class Control:
         if state is not None and state not in models.JobState.__members__.values():
             raise errors.ConfigError(f"unknown state {state!r}")
         found = self.store.job_list(state=state, queue=queue, name=name, limit=limit)
-        if any(info.state == models.JobState.RUNNING for info in found):
+        if any(info.state in models.HELD_STATES for info in found):
             found = self._orphans(found)
         return found
 
@@ -133,7 +133,7 @@ class Control:
         alive = {s.owner for s in self.store.supervisor_list(now=now) if s.alive}
         return [
             msgspec.structs.replace(info, orphaned=True)
-            if info.state == models.JobState.RUNNING and info.owner not in alive
+            if info.state in models.HELD_STATES and info.owner not in alive
             else info
             for info in infos
         ]

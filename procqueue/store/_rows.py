@@ -31,7 +31,7 @@ _encode = msgspec.json.encode
 _backoff_decoder = msgspec.json.Decoder(models.Backoff)
 _steps_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-_STATES = frozenset(s.value for s in models.JobState)
+_STATES = frozenset(s.value for s in models.STORED_STATES)
 _SHOWN_CHARS = 40  # of an unexpected value, in a message
 
 
@@ -102,6 +102,7 @@ def record_params(o: models.Outcome, now: float, owner: str = "") -> dict[str, A
         "refund": o.refund,
         "progress": None if o.progress is None else o.progress.replace("\x00", "\\x00"),
         "fraction": o.fraction,
+        "started_at": o.started_at,
         "now": now,
         "owner": owner,
     }
@@ -277,6 +278,8 @@ def job_info(row: Row, json_type: type[str] | type[bytes]) -> models.JobInfo:
             fields[column] = placeholder()
     if problems:
         fields["undecodable"] = "; ".join(problems)
+    elif fields["state"] == models.JobState.RUNNING and fields["started_at"] is None:
+        fields["state"] = models.JobState.RESERVED  # no child has started it yet
     return models.JobInfo(**fields)
 
 

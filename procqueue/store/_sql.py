@@ -171,9 +171,15 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         count: int,
         lease_until: float,
         now: float,
+        start: int | None = None,
     ) -> _claim.Cycle:
         """`job_record_many` then `job_claim`, in one transaction: a busy
         supervisor's loop pays one commit for both.
+
+        The first `start` jobs claimed (all when None) are marked started
+        now: they go to idle children at once. The others are reserved
+        (`started_at` NULL, shown as such) until their pid or outcome is
+        written with the time a child started them.
 
         The claim holds the claim lock, so the running counts that limits
         and serial keys are checked against cannot change under it. Each
@@ -229,6 +235,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
                     "owner": owner,
                     "lease_until": lease_until,
                     "now": now,
+                    "started": self._db.array(ids if start is None else ids[:start]),
                 },
             ).fetchall()
             claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
@@ -271,9 +278,12 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         params = {"id": id, "attempt": attempt, "text": text, "fraction": fraction}
         return self._db.statement("job_set_progress", params).rowcount > 0
 
-    def job_set_pid(self, *, id: int, attempt: int, pid: int) -> bool:
-        """Records the child running an attempt (fenced); False when it is no longer running."""
-        params = {"id": id, "attempt": attempt, "pid": pid}
+    def job_set_pid(
+        self, *, id: int, attempt: int, pid: int, started_at: float | None = None
+    ) -> bool:
+        """Records the child running an attempt and when it started it (fenced);
+        False when it is no longer running."""
+        params = {"id": id, "attempt": attempt, "pid": pid, "started_at": started_at}
         return self._db.statement("job_set_pid", params).rowcount > 0
 
     def job_save_step(self, *, id: int, attempt: int, name: str, value: bytes) -> bool:

@@ -55,6 +55,9 @@ class Attempt:
     memory_checked: float = -math.inf
     """Monotonic time of its last memory sample (its start, for a job with no ceiling)."""
     pid_written: bool = False
+    shown_started: bool = True
+    """Whether its claim marked it started (it went to an idle child at
+    once); one claimed ahead shows as reserved until its start is written."""
     # -- for its history row: what ran, where, and how it ended --
     started_wall: float | None = None
     """Wall time it started in its child."""

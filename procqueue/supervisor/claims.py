@@ -126,10 +126,11 @@ class Claims:
             self.want = False
         wall = self.clock.now()
         lease_until = self.lease.until(wall)
+        start = max(0, len(self.attempts.idle()) - len(self.attempts.reserved))
 
         def answered(cycle: Cycle) -> None:
             self._recorded(batch, cycle.lost)
-            self._dispatch(cycle, lease_until)
+            self._dispatch(cycle, lease_until, start)
             if count and len(cycle.claimed) == count:
                 self.want = True  # there may be more
 
@@ -153,6 +154,7 @@ class Claims:
                 count=count,
                 lease_until=lease_until,
                 now=wall,
+                start=start,
             ),
             on_done=answered,
             on_error=refused,
@@ -202,15 +204,16 @@ class Claims:
                 "job %d: outcome not recorded, its lease was lost to another supervisor", id_
             )
 
-    def _dispatch(self, cycle: Cycle, lease_until: float) -> None:
+    def _dispatch(self, cycle: Cycle, lease_until: float, start: int) -> None:
         """Reserves the claimed jobs there is room for (idle children take
-        them at once); the rest go back."""
+        them at once); the rest go back. The first `start` were marked
+        started by the claim."""
         room = self.room()
         wall = self.clock.now()
         for n, job in enumerate(cycle.claimed):
             waited = max(0.0, wall - job.run_at)
             self.events.emit(events.Claimed(job.id, job.name, job.queue, job.attempt, waited))
             if n < room:
-                self.attempts.reserve(job, lease_until=lease_until)
+                self.attempts.reserve(job, lease_until=lease_until, shown_started=n < start)
             else:
                 self.attempts.hand_back(job)

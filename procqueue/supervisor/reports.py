@@ -24,6 +24,9 @@ from procqueue.supervisor.settings import Settings
 
 PID_AFTER_S = 1.0
 """The child's pid is written for jobs that report progress or run this long."""
+RESERVED_START_S = 0.1
+"""A job claimed ahead shows as reserved, not running, until its start is
+written: for one still running after this long, with its pid."""
 
 
 class AttemptWrites:
@@ -111,12 +114,19 @@ class AttemptWrites:
                 self._fenced(a, "progress", write)
             if (
                 not a.pid_written
-                and (now - a.started >= PID_AFTER_S or a.progress is not None)
+                and (
+                    now - a.started >= (PID_AFTER_S if a.shown_started else RESERVED_START_S)
+                    or a.progress is not None
+                )
                 and self.db.ok(now)
             ):
                 self.attempts.pid_sent(a)
                 write = functools.partial(
-                    self.store.job_set_pid, id=job.id, attempt=job.attempt, pid=a.pid
+                    self.store.job_set_pid,
+                    id=job.id,
+                    attempt=job.attempt,
+                    pid=a.pid,
+                    started_at=a.started_wall,
                 )
                 self._fenced(a, "pid", write)
 

@@ -83,10 +83,20 @@ class Attempts:
         """Child index -> id of the job it runs."""
         return {index: a.job.id for index, a in self.running.items()}
 
-    def reserve(self, job: models.ClaimedJob, *, lease_until: float) -> None:
-        """Holds the claimed `job` until a child is idle (at once if one is)."""
+    def reserve(
+        self, job: models.ClaimedJob, *, lease_until: float, shown_started: bool = True
+    ) -> None:
+        """Holds the claimed `job` until a child is idle (at once if one is);
+        `shown_started`: its claim marked it started."""
         memory = job.max_memory if job.max_memory is not None else self.settings.max_memory_per_job
-        a = Attempt(job=job, child=0, pid=0, lease_until=lease_until, max_memory=memory)
+        a = Attempt(
+            job=job,
+            child=0,
+            pid=0,
+            lease_until=lease_until,
+            max_memory=memory,
+            shown_started=shown_started,
+        )
         self.reserved.append(a)
         self.place()
 

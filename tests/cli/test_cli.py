@@ -156,6 +156,7 @@ def test_stats_json_shape(run: Run, dsn: str, app: App) -> None:
     default = doc["queues"]["default"]
     assert list(default) == [
         "pending",
+        "reserved",
         "running",
         "done",
         "failed",
@@ -236,6 +237,7 @@ def test_queues_pause_resume(run: Run, dsn: str, app: App) -> None:
         "LIMIT SET BY",
         "PAUSED",
         "PENDING",
+        "RESERVED",
         "RUNNING",
         "OLDEST PENDING",
         "DONE",

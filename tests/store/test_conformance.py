@@ -593,6 +593,50 @@ def test_set_pid_is_fenced_and_visible(store: Store) -> None:
     assert get(store, id_).pid == 4242
 
 
+def test_a_job_claimed_ahead_is_reserved_until_a_child_starts_it(store: Store) -> None:
+    first, second = insert(store, new_job(), new_job())
+    cycle = store.job_record_and_claim(
+        outcomes=(), owner="w", queues=None, count=2, lease_until=BASE + LEASE, now=BASE, start=1
+    )
+    assert [c.id for c in cycle.claimed] == [first, second]
+    assert (get(store, first).state, get(store, first).started_at) == (JobState.RUNNING, utc(BASE))
+    assert (get(store, second).state, get(store, second).started_at) == (JobState.RESERVED, None)
+    assert [j.id for j in store.job_list(state="running", queue=None, name=None, limit=9)] == [
+        first
+    ]
+    assert [j.id for j in store.job_list(state="reserved", queue=None, name=None, limit=9)] == [
+        second
+    ]
+    (queue,) = store.queue_list(now=BASE)
+    assert (queue.reserved, queue.running) == (1, 1)
+    # a child starts it: its pid and start are written together
+    assert store.job_set_pid(id=second, attempt=1, pid=4242, started_at=BASE + 3)
+    assert (get(store, second).state, get(store, second).started_at) == (
+        JobState.RUNNING,
+        utc(BASE + 3),
+    )
+    outcome = models.Outcome(
+        id=second, attempt=1, state=JobState.DONE, result=b"1", history="done", started_at=BASE + 3
+    )
+    assert store.job_record_many(outcomes=[outcome], now=BASE + 4) == []
+    info = store.job_get(id=second, history=True)
+    assert info is not None and info.history[0].started_at == info.started_at == utc(BASE + 3)
+    assert info.history[0].claimed_at == utc(BASE)
+
+
+def test_a_short_job_gets_its_start_with_its_outcome(store: Store) -> None:
+    id_ = insert_one(store)
+    store.job_record_and_claim(
+        outcomes=(), owner="w", queues=None, count=1, lease_until=BASE + LEASE, now=BASE, start=0
+    )
+    assert get(store, id_).state == JobState.RESERVED
+    outcome = models.Outcome(
+        id=id_, attempt=1, state=JobState.DONE, result=b"1", started_at=BASE + 1
+    )
+    assert store.job_record_many(outcomes=[outcome], now=BASE + 2) == []
+    assert get(store, id_).started_at == utc(BASE + 1)
+
+
 def test_steps_are_fenced_and_come_back_on_the_next_claim(store: Store) -> None:
     id_ = insert_one(store)
     old, new = _take_over(store, id_)

@@ -37,6 +37,28 @@ def test_short_jobs_behind_a_long_one_go_to_the_idle_child(app: App, tmp_path: P
             timeout=3.0,
             what="the 3 short jobs behind the 6 s one, within 3 s of their enqueue",
         )
-        assert app.get(long).state == JobState.RUNNING
+        # claimed ahead: shown running once its start is written, soon after it began
+        wait_until(lambda: app.get(long).state == JobState.RUNNING, timeout=2.0, what="running")
         assert all(app.get(i).state == JobState.DONE for i in first)
         assert finished(app, long).state == JobState.DONE
+
+
+def test_running_never_lists_more_jobs_than_children(app: App) -> None:
+    """Jobs claimed ahead are `reserved` until a child starts them, and the
+    start a job shows is its history's: sampled while 1,500 tiny jobs drain."""
+    ids = app.enqueue_many([(JOB + "add", {"a": i, "b": 1}, None) for i in range(1500)])
+    most_running = 0
+    with supervising(app, SPEC, workers=2):
+
+        def drained() -> bool:
+            nonlocal most_running
+            most_running = max(most_running, len(app.jobs(state="running", limit=50)))
+            return app.stats()["default"].done == len(ids)
+
+        wait_until(drained, timeout=120, interval=0.005, what="the drain")
+    assert 0 < most_running <= 2
+    for id_ in (ids[0], ids[len(ids) // 2], ids[-1]):
+        info = app.get(id_)
+        assert info.history[-1].started_at == info.started_at is not None
+        assert info.history[-1].claimed_at is not None
+        assert info.history[-1].claimed_at <= info.started_at

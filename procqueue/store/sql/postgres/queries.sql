@@ -47,7 +47,9 @@ SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, e
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
        pid, owner
 FROM jobs
-WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+WHERE (%(state)s::text IS NULL
+       OR state = %(state)s::text AND (%(state)s::text <> 'running' OR started_at IS NOT NULL)
+       OR %(state)s::text = 'reserved' AND state = 'running' AND started_at IS NULL)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
 ORDER BY id DESC
@@ -82,13 +84,15 @@ LIMIT %(limit)s
 FOR UPDATE OF jobs SKIP LOCKED
 
 -- job_take --
--- Moves the chosen jobs to running for one owner; starts a new attempt. A row with no attempt
+-- Moves the chosen jobs to running for one owner; starts a new attempt. Those in started go to
+-- a child at once; the others wait in the supervisor's memory (started_at NULL: reserved). A row with no attempt
 -- left (attempts not below max_attempts, which a pending job never has) gets attempt 0, which
 -- the claim refuses: the increment can't overflow the column and fail the whole claim.
 UPDATE jobs
 SET state = 'running', owner = %(owner)s,
     attempts = CASE WHEN attempts < max_attempts THEN attempts + 1 ELSE 0 END,
-    lease_until = %(lease_until)s::float8, started_at = %(now)s::float8, cancel_requested = false
+    lease_until = %(lease_until)s::float8, claimed_at = %(now)s::float8, cancel_requested = false,
+    started_at = CASE WHEN id = ANY(%(started)s::bigint[]) THEN %(now)s::float8 END
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
           deadline_at, serial_key, run_at
@@ -116,6 +120,7 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
     error = CASE WHEN cancel_requested AND %(state)s::text = 'pending'
                  THEN 'cancelled while running' ELSE %(error)s::text END,
     run_at = coalesce(%(run_at)s::float8, run_at),
+    started_at = coalesce(%(started_at)s::float8, started_at),
     finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested AND %(state)s::text = 'pending')
                        THEN %(now)s::float8 END,
@@ -222,8 +227,9 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 -- queue_counts --
 -- Jobs per queue and state, and the earliest run_at already due of each (a pending job
 -- waits from its run_at; one delayed into the future is not waiting yet).
-SELECT queue, state, count(*) AS n, min(CASE WHEN run_at <= %(now)s THEN run_at END) AS oldest
-FROM jobs GROUP BY queue, state
+SELECT queue, CASE WHEN state = 'running' AND started_at IS NULL THEN 'reserved' ELSE state END
+       AS state, count(*) AS n, min(CASE WHEN run_at <= %(now)s THEN run_at END) AS oldest
+FROM jobs GROUP BY 1, 2
 
 -- schema_table_create --
 -- The table that records applied migrations.
@@ -274,8 +280,9 @@ SELECT pg_catalog.current_setting('search_path') AS path
 SELECT pg_catalog.set_config('search_path', %(path)s, true)
 
 -- job_set_pid --
--- Records which child process runs an attempt (fenced).
-UPDATE jobs SET pid = %(pid)s WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+-- Records which child process runs an attempt and when it started it (fenced).
+UPDATE jobs SET pid = %(pid)s, started_at = coalesce(%(started_at)s::float8, started_at)
+WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
 
 -- job_fail_undecodable --
 -- Fails a job just taken whose row does not decode, in the claim's transaction: it never runs.
@@ -297,7 +304,7 @@ SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
 -- a retry or a hand-back is recorded as the cancel it becomes.
 INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
                           outcome, exit_reason, error, peak_memory)
-SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), started_at,
+SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), claimed_at,
        %(started_at)s::float8, %(now)s::float8,
        CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
             ELSE %(outcome)s::text END,
@@ -311,7 +318,7 @@ RETURNING job_id
 -- in its transaction (which holds the claim lock, so two rescuers never both write them).
 INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
                           outcome, exit_reason, error, peak_memory)
-SELECT id, attempts, owner, pid, started_at, NULL, %(now)s::float8, 'lost', NULL,
+SELECT id, attempts, owner, pid, claimed_at, started_at, %(now)s::float8, 'lost', NULL,
        'its lease ran out: its supervisor stopped renewing it', NULL
 FROM jobs WHERE state = 'running'
   AND (lease_until < %(now)s::float8 OR lease_until IS NULL OR lease_until = 'NaN'::float8)

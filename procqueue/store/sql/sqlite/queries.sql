@@ -43,7 +43,8 @@ SELECT id, name, queue, state, priority, attempts, max_attempts, args, result, e
        fraction, key, serial_key, tags, run_at, created_at, started_at, finished_at, deadline_at,
        pid, owner
 FROM jobs
-WHERE (:state IS NULL OR state = :state)
+WHERE (:state IS NULL OR state = :state AND (:state <> 'running' OR started_at IS NOT NULL)
+       OR :state = 'reserved' AND state = 'running' AND started_at IS NULL)
   AND (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
 ORDER BY id DESC
@@ -76,13 +77,15 @@ ORDER BY priority DESC, run_at, id
 LIMIT :limit
 
 -- job_take --
--- Moves the chosen jobs to running for one owner; starts a new attempt. A row with no attempt
+-- Moves the chosen jobs to running for one owner; starts a new attempt. Those in :started go to
+-- a child at once; the others wait in the supervisor's memory (started_at NULL: reserved). A row with no attempt
 -- left (attempts not below max_attempts, which a pending job never has) gets attempt 0, which
 -- the claim refuses: the increment can't overflow the column and fail the whole claim.
 UPDATE jobs
 SET state = 'running', owner = :owner, lease_until = :lease_until,
     attempts = CASE WHEN attempts < max_attempts THEN attempts + 1 ELSE 0 END,
-    started_at = :now, cancel_requested = 0
+    claimed_at = :now, cancel_requested = 0,
+    started_at = CASE WHEN id IN (SELECT value FROM json_each(:started)) THEN :now END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
           deadline_at, serial_key, run_at
@@ -110,6 +113,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
     error = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled while running'
                  ELSE :error END,
     run_at = coalesce(:run_at, run_at),
+    started_at = coalesce(:started_at, started_at),
     finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested = 1 AND :state = 'pending') THEN :now END,
     attempts = attempts - :refund,
@@ -215,8 +219,9 @@ ON CONFLICT (name) DO UPDATE SET paused = excluded.paused
 -- queue_counts --
 -- Jobs per queue and state, and the earliest run_at already due of each (a pending job
 -- waits from its run_at; one delayed into the future is not waiting yet).
-SELECT queue, state, count(*) AS n, min(CASE WHEN run_at <= :now THEN run_at END) AS oldest
-FROM jobs GROUP BY queue, state
+SELECT queue, CASE WHEN state = 'running' AND started_at IS NULL THEN 'reserved' ELSE state END
+       AS state, count(*) AS n, min(CASE WHEN run_at <= :now THEN run_at END) AS oldest
+FROM jobs GROUP BY 1, 2
 
 -- schema_table_create --
 -- The table that records applied migrations.
@@ -243,8 +248,9 @@ ON CONFLICT (name) DO UPDATE SET last_run = excluded.last_run
 WHERE chores.last_run <= :now - :every
 
 -- job_set_pid --
--- Records which child process runs an attempt (fenced).
-UPDATE jobs SET pid = :pid WHERE id = :id AND attempts = :attempt AND state = 'running'
+-- Records which child process runs an attempt and when it started it (fenced).
+UPDATE jobs SET pid = :pid, started_at = coalesce(:started_at, started_at)
+WHERE id = :id AND attempts = :attempt AND state = 'running'
 
 -- job_fail_undecodable --
 -- Fails a job just taken whose row does not decode, in the claim's transaction: it never runs.
@@ -283,7 +289,7 @@ ROLLBACK
 -- a retry or a hand-back is recorded as the cancel it becomes.
 INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
                           outcome, exit_reason, error, peak_memory)
-SELECT id, attempts, owner, coalesce(:child_pid, pid), started_at, :started_at, :now,
+SELECT id, attempts, owner, coalesce(:child_pid, pid), claimed_at, :started_at, :now,
        CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled' ELSE :outcome END,
        :exit_reason, :error, :peak_memory
 FROM jobs WHERE id = :id AND attempts = :attempt AND state = 'running' AND (:owner = '' OR owner = :owner)
@@ -294,7 +300,7 @@ RETURNING job_id
 -- in its transaction (which holds the claim lock, so two rescuers never both write them).
 INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
                           outcome, exit_reason, error, peak_memory)
-SELECT id, attempts, owner, pid, started_at, NULL, :now, 'lost', NULL,
+SELECT id, attempts, owner, pid, claimed_at, started_at, :now, 'lost', NULL,
        'its lease ran out: its supervisor stopped renewing it', NULL
 FROM jobs WHERE state = 'running'
   AND (lease_until < :now OR lease_until IS NULL OR typeof(lease_until) NOT IN ('real', 'integer'))
