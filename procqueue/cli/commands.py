@@ -124,6 +124,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     logs.setup(chosen.log_level or "info", chosen.log_format or "text")
     try:
         supervisor = _when_reachable(lambda: Supervisor(app, spec=args.app, settings=settings))
+        _when_reachable(supervisor.prepare, failed_query=True)
         return supervisor.run(install_signals=True)
     finally:
         app.close()
@@ -134,18 +135,24 @@ STARTUP_WAIT_S = 60.0
 reachable yet (deployed together with it, or restarting)."""
 
 
-def _when_reachable(make: Callable[[], T], *, wait: float = STARTUP_WAIT_S) -> T:
-    """`make()`, tried again while it raises StoreUnavailable, for up to
-    `wait` seconds, with one WARNING per try; the last failure propagates.
-    A refused login or a missing database fails at once."""
+def _when_reachable(
+    make: Callable[[], T], *, wait: float = STARTUP_WAIT_S, failed_query: bool = False
+) -> T:
+    """`make()`, tried again while it raises StoreUnavailable (or, with
+    `failed_query`, any StoreError but a refused value or a newer schema: a
+    server restarting ends sessions mid-query), for up to `wait` seconds,
+    with one WARNING per try; the last failure propagates. A refused login
+    or a missing database fails at once."""
     log = logging.getLogger("procqueue.supervisor")
     give_up = time.monotonic() + wait
     pause = 0.25
     while True:
         try:
             return make()
-        except errors.StoreUnavailable as exc:
-            if time.monotonic() + pause > give_up:
+        except errors.StoreError as exc:
+            final = isinstance(exc, errors.StoreRejected | errors.SchemaTooNew)
+            passing = isinstance(exc, errors.StoreUnavailable) or (failed_query and not final)
+            if not passing or time.monotonic() + pause > give_up:
                 raise
             log.warning("%s; trying again in %gs", exc, pause)
             time.sleep(pause)
@@ -171,11 +178,6 @@ def _find_job_app(name: str) -> App:
         except Exception as exc:
             raise LoadError(f"cannot import {module_name!r}: {type(exc).__name__}: {exc}") from None
         return _app_registering(module, name)
-    print(
-        f"note: no module of {name!r} can be imported here: its arguments are stored "
-        "unchecked, and checked when a supervisor that has the code runs it",
-        file=sys.stderr,
-    )
     return App()
 
 
@@ -222,6 +224,12 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         print(app.enqueue(args.name, job_args, **options))  # checks all before opening the store
     finally:
         app.close()
+    if not args.app and args.name not in app.registry:
+        print(
+            f"note: no module of {args.name!r} can be imported here: its arguments were "
+            "stored unchecked, and are checked when a supervisor that has the code runs it",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -85,6 +85,7 @@ class Supervisor:
         self.metrics.children.set(settings.workers)
         self.events.subscribe(self.metrics.observe)
         self.store = store or store_mod.open_store(store_mod.resolve_dsn(app.dsn))
+        self._prepared = False
         self.selector = selectors.DefaultSelector()
         self.wakeups = Wakeups(selector=self.selector)
         self.db = DbCalls(clock=self.clock, events=self.events, wake=self.wakeups.wake)
@@ -175,14 +176,20 @@ class Supervisor:
         log.info("stopped: %s", self.counts.summary())
         return 0
 
+    def prepare(self) -> None:
+        """Migrates and publishes queue limits (idempotent; StoreError propagates)."""
+        self.store.migrate(now=self.clock.now())
+        self.heartbeat.init_limits()
+        self._prepared = True
+
     def start(self) -> None:
         """Migrates, publishes queue limits, starts the children and the
         database thread. Bounded by the store's own timeouts."""
         # The pool logs every failed reconnect; the supervisor says one line
         # per outage instead (DatabaseDown / DatabaseUp).
         logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
-        self.store.migrate(now=self.clock.now())
-        self.heartbeat.init_limits()
+        if not self._prepared:
+            self.prepare()
         self.wakeups.start()
         self.app.on_enqueue(self.wake)
         self._subscribed = True

@@ -312,6 +312,9 @@ def test_supervise_options_become_settings(
         def __init__(self, app: App, *, spec: str, settings: config.Settings) -> None:
             seen.update(dsn=app.dsn, spec=spec, settings=settings)
 
+        def prepare(self) -> None:
+            seen["prepared"] = True
+
         def run(self, *, install_signals: bool) -> int:
             seen["install_signals"] = install_signals
             return 0

@@ -56,7 +56,7 @@ def test_running_never_lists_more_jobs_than_children(app: App) -> None:
             return app.stats()["default"].done == len(ids)
 
         wait_until(drained, timeout=120, interval=0.005, what="the drain")
-    assert 0 < most_running <= 2
+    assert most_running <= 2
     for id_ in (ids[0], ids[len(ids) // 2], ids[-1]):
         info = app.get(id_)
         assert info.history[-1].started_at == info.started_at is not None
