@@ -230,6 +230,8 @@ class Supervisor:
                 self._frame(death.child, message)
             self.attempts.died(death)
         self.pool.escalate(now)
+        for index in self.pool.unfinished(now):
+            self.attempts.protocol_error(index, "protocol error: a frame was left unfinished")
         self.limits.enforce(now, wall=self.clock.now())
         self._drain(now)
         self.writes.flush(now)

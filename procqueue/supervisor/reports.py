@@ -55,6 +55,13 @@ class AttemptWrites:
         a = self.attempts.running.get(index)
         if a is None or a.kill is not None or message.job_id != a.job.id:
             return
+        if self.db.busy(f"step:{a.job.id}"):
+            # a child waits for StepSaved before its next step: a second one
+            # now is job code writing frames by hand, and must not queue
+            # database calls without bound ahead of every lease renewal
+            words = "protocol error: a step frame before the last step was saved"
+            self.attempts.kill(a, "error", words, hard=True)
+            return
         if self.faults is not None and self.faults.kills(message.name):
             words = f"killed by fault injector in step {message.name!r}"
             self.attempts.kill(a, "error", words, hard=True)

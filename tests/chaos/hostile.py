@@ -106,6 +106,19 @@ def inject_step(cx: Context) -> str:
 
 
 @app.job(max_attempts=1)
+def step_flood(cx: Context, count: int, kb: int) -> str:
+    """Sends `count` durable steps' frames of `kb` KB by hand, reading no reply."""
+    from procqueue import protocol
+
+    value = msgspec.json.encode("x" * (kb * 1024))
+    for i in range(count):
+        frame = protocol.encode(protocol.Step(job_id=cx.id, name=f"s{i}", value=value))
+        os.write(protocol_fd(), frame)
+    time.sleep(60)
+    return "flooded"
+
+
+@app.job(max_attempts=1)
 def own_frame(cx: Context, frame: str, own: bool) -> str:
     """Writes one supervisor-bound frame (hex) onto the protocol pipe, with
     this job's id in it when `own`, then returns normally."""

@@ -50,10 +50,11 @@ class Cluster:
     """One database and a ``procqueue supervise`` process of the hostile jobs,
     restarted if a test killed it."""
 
-    def __init__(self, backend: str, folder: Path, workers: int = 2) -> None:
+    def __init__(self, backend: str, folder: Path, workers: int = 2, lease: float = 30) -> None:
         self.backend = backend
         self.folder = folder
         self.workers = workers
+        self.lease = lease
         self.db = cluster.Database.create(backend, folder)
         self.app = hostile_app.using(self.db.dsn)
         self.app.store.migrate(now=self.app.clock.now())
@@ -71,7 +72,7 @@ class Cluster:
                 # the default lease: on SQLite each write to a 50 MB job's row
                 # (claim, pid, renewal, outcome) rewrites all of it, seconds on a
                 # busy machine, and these tests are about sizes, not lease margins
-                lease=30,
+                lease=self.lease,
                 poll=0.05,
             )
         return self.sup
@@ -103,10 +104,12 @@ def need_postgres() -> None:
 
 
 @contextlib.contextmanager
-def fresh_cluster(backend: str, folder: Path, workers: int = 2) -> Iterator[Cluster]:
+def fresh_cluster(
+    backend: str, folder: Path, workers: int = 2, lease: float = 30
+) -> Iterator[Cluster]:
     if backend == "postgres":
         need_postgres()
-    c = Cluster(backend, folder, workers)
+    c = Cluster(backend, folder, workers, lease)
     try:
         yield c
     finally:
@@ -724,6 +727,35 @@ def test_a_partial_frame_from_a_live_child_fails_the_job(tmp_path: Path) -> None
         job_id = c.app.enqueue(H + "pipe_write", {"payload": "00010000", "then": "return"})
         info = c.app.wait(job_id, timeout=10)  # TimeoutError: still running
         assert info.state == JobState.FAILED and "protocol" in (info.error or "")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.timeout(60)
+def test_a_partial_frame_with_the_right_magic_fails_the_job_and_the_next_runs(
+    tmp_path: Path, backend: str
+) -> None:
+    header = b"PQ" + (100).to_bytes(4, "big") + b"0123456789"
+    with fresh_cluster(backend, tmp_path) as c:
+        c.ensure()
+        job_id = c.app.enqueue(H + "pipe_write", {"payload": header.hex(), "then": "return"})
+        info = c.app.wait(job_id, timeout=30)
+        assert info.state == JobState.FAILED and "protocol" in (info.error or "")
+        assert c.run("echo", {"value": "next"}).result == "next"
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+@pytest.mark.timeout(120)
+def test_a_flood_of_step_frames_costs_only_its_job(tmp_path: Path, backend: str) -> None:
+    """3,000 hand-written step frames of 4 KB beside an innocent 8 s job under
+    a 6 s lease: the flood fails its own job at once; renewals go on."""
+    with fresh_cluster(backend, tmp_path, lease=6) as c:
+        c.ensure()
+        innocent = c.app.enqueue(H + "logged", {"log": str(tmp_path / "log"), "seconds": 8})
+        flood = c.app.enqueue(H + "step_flood", {"count": 3000, "kb": 4})
+        info = c.app.wait(flood, timeout=30)
+        assert info.state == JobState.FAILED and "step frame" in (info.error or "")
+        assert c.app.wait(innocent, timeout=60).state == JobState.DONE
+        assert c.alive()
 
 
 @pytest.mark.parametrize(

@@ -148,6 +148,9 @@ class FakeChildren:
             if child is not None and child.kill_at is not None and now >= child.kill_at:
                 self.kill(index)
 
+    def unfinished(self, now: float) -> list[int]:
+        return []  # its frames are whole messages
+
     def job_done(self, index: int) -> None:
         self.child(index).jobs_run += 1
 

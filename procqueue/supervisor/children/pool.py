@@ -28,6 +28,11 @@ STARTUP_FAILURES_MAX = 5
 """Children that die before saying hello, in a row, before the supervisor gives up."""
 
 
+PARTIAL_FRAME_S = 5.0
+"""A frame's bytes are written at once (a big one streams without pause): one
+still unfinished this long after its last bytes came is job code's doing."""
+
+
 @dataclass
 class _Slot:
     index: int
@@ -41,6 +46,9 @@ class _Slot:
     """Monotonic time SIGTERM turns into SIGKILL."""
     dead: bool = False
     """Its protocol pipe closed: reap it soon."""
+    partial_since: float | None = None
+    """Monotonic time its pipe's unfinished frame last grew (None: it holds none)."""
+    partial_bytes: int = 0
     out: bytearray = field(default_factory=bytearray)
     """Frames not yet written to it (written by `flush`, as the pipe takes them)."""
     writing: bool = False
@@ -140,9 +148,23 @@ class Pool:
         return any(s.dead for s in self._slots)
 
     def next_kill(self) -> float | None:
-        """The earliest pending SIGKILL escalation (monotonic), if any."""
+        """The earliest pending SIGKILL escalation or unfinished-frame
+        deadline (monotonic), if any."""
         due = [s.kill_at for s in self._slots if s.kill_at is not None]
+        due += [s.partial_since + PARTIAL_FRAME_S for s in self._slots if s.partial_since]
         return min(due) if due else None
+
+    def unfinished(self, now: float) -> list[int]:
+        """Children whose pipe has held an unfinished frame, unchanged, for
+        `PARTIAL_FRAME_S` (job code wrote a header and not its body), each
+        told once: what they write next can't be read."""
+        late = []
+        for slot in self._slots:
+            since = slot.partial_since
+            if since is not None and now - since >= PARTIAL_FRAME_S:
+                slot.partial_since = None
+                late.append(slot.index)
+        return late
 
     def rss_mb(self, index: int) -> float:
         """Resident memory of the child and every process it started, in MB."""
@@ -198,6 +220,12 @@ class Pool:
             messages = child.read_messages()
         except errors.ProtocolError as exc:
             messages, problem = [], f"protocol error: {exc}"
+        pending = child.reader.pending()
+        if not pending:
+            slot.partial_since = None
+        elif slot.partial_since is None or pending != slot.partial_bytes:
+            slot.partial_since = self.clock.monotonic()
+        slot.partial_bytes = pending
         out: list[protocol.Message] = []
         for message in messages:
             if not isinstance(message, protocol.Hello):

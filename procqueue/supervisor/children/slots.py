@@ -51,7 +51,8 @@ class Children(Protocol):
         """Whether a child's pipe closed and it waits to be reaped."""
 
     def next_kill(self) -> float | None:
-        """The earliest pending SIGKILL escalation (monotonic), if any."""
+        """The earliest pending SIGKILL escalation or unfinished-frame
+        deadline (monotonic), if any."""
 
     def rss_mb(self, index: int) -> float:
         """Resident memory of the child's whole process tree, in MB."""
@@ -82,6 +83,9 @@ class Children(Protocol):
 
     def escalate(self, now: float) -> None:
         """SIGKILLs the trees whose grace after SIGTERM has passed."""
+
+    def unfinished(self, now: float) -> list[int]:
+        """Slots whose pipe has held the same unfinished frame too long, each told once."""
 
     def job_done(self, index: int) -> None:
         """The child finished a job and lives on; recycles it if it is due."""
