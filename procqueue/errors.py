@@ -18,6 +18,11 @@ A class's docstring is its default message. The tree::
     └── JobFailure           raised by job code to steer what happens next
         ├── Retry            retry after an optional delay
         └── Permanent        fail now, never retry
+
+Outside that tree, so that ``except Exception`` in job code lets it through::
+
+    BaseException
+    └── Stopped              raised in a job's code when the job is told to stop
 """
 
 from __future__ import annotations
@@ -115,3 +120,19 @@ class Retry(JobFailure):
 
 class Permanent(JobFailure):
     """Fail the job now without retrying."""
+
+
+class Stopped(BaseException):
+    """The job was told to stop (its timeout passed, it was cancelled, or the
+    supervisor's drain ran out of grace); SIGKILL follows after the kill grace.
+
+    Raised by procqueue in the thread running the job (for an async job, its
+    task is cancelled when it waits, so it sees CancelledError instead), so
+    that ``finally:`` blocks and context managers run. A `BaseException`, like
+    `KeyboardInterrupt`: ``except Exception`` does not swallow it. Catching it
+    does not change the attempt's outcome: a timed-out or cancelled job stays
+    so, whatever it returns.
+    """
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or "the job was told to stop")

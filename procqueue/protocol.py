@@ -61,9 +61,13 @@ class Lease(Message):
 class Stop(Message):
     """End the running job politely: its process tree gets SIGTERM and the job
     sees `cx.cancelled`; for a job still waiting in the pipe, as Revoke. A
-    job that is no longer running is left alone."""
+    job that is no longer running is left alone. `kill_in`: seconds until the
+    tree gets SIGKILL, when that is decided (timeout, cancel, a drain's end):
+    the job's code then gets `Stopped` at once; None (a drain's first
+    request) lets it finish."""
 
     job_id: int
+    kill_in: float | None = None
 
 
 class Revoke(Message):

@@ -37,6 +37,7 @@ EXPORTED = [
     "QueueNotFound",
     "Retry",
     "SchemaTooNew",
+    "Stopped",
     "StoreError",
     "StoreRejected",
     "StoreUnavailable",
@@ -151,3 +152,12 @@ def test_a_job_failure_keeps_the_message_job_code_gave() -> None:
     assert str(errors.Retry()) == "" and str(errors.Permanent("why")) == "why"
     assert errors.Retry("later", delay=3).delay == 3
     assert str(errors.JobNotFound()) == "No such job."
+
+
+def test_stopped_is_drawn_outside_the_tree_and_no_exception() -> None:
+    """`except Exception` in job code must not swallow a stop."""
+    assert issubclass(procqueue.Stopped, BaseException)
+    assert not issubclass(procqueue.Stopped, Exception)
+    doc = errors.__doc__ or ""
+    assert re.search(r"BaseException\n\s+└── Stopped\b", doc)
+    assert str(procqueue.Stopped()) == "the job was told to stop"

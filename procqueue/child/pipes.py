@@ -122,6 +122,8 @@ class Inbox:
         """Jobs received and not started yet."""
         self._stopped: set[int] = set()
         """Jobs told to stop before they started: they start cancelled."""
+        self._ending: set[int] = set()
+        """Jobs whose kill is decided (a Stop with `kill_in`): their code gets Stopped."""
         self.steps: queue.SimpleQueue[protocol.StepSaved | None] = queue.SimpleQueue()
         """Answers to the running job's Step frames (kept apart from the Run
         frames of the jobs waiting behind it)."""
@@ -136,12 +138,14 @@ class Inbox:
         with self._lock:
             if self._current is not None:
                 self._leases.pop(self._current, None)
+                self._ending.discard(self._current)
             self._current = job_id
             self._pending.discard(job_id or 0)
             while not self.steps.empty():  # answers meant for an earlier run
                 self.steps.get_nowait()
             if job_id is not None and job_id in self._revoked:
                 self._revoked.discard(job_id)
+                self._ending.discard(job_id)
                 self._leases.pop(job_id, None)
                 self._current = None
                 return False
@@ -155,6 +159,14 @@ class Inbox:
                 self._stopped.discard(job_id)
                 return True
             return False
+
+    def must_stop(self, job_id: int) -> bool:
+        """Whether the job's kill is decided, so its code is to get `Stopped`.
+
+        Takes no lock: the SIGTERM handler asks, in the main thread, which
+        may hold the lock when the signal comes (a set's lookup is atomic).
+        """
+        return job_id in self._ending
 
     def _read(self) -> None:
         try:
@@ -186,6 +198,9 @@ class Inbox:
 
     def _stop(self, message: protocol.Stop | protocol.Revoke) -> None:
         with self._lock:
+            known = message.job_id in self._pending or message.job_id == self._current
+            if known and isinstance(message, protocol.Stop) and message.kill_in is not None:
+                self._ending.add(message.job_id)  # before the SIGTERM that delivers it
             if message.job_id in self._pending:
                 if isinstance(message, protocol.Stop):  # it starts already told to stop
                     self._stopped.add(message.job_id)
@@ -194,7 +209,8 @@ class Inbox:
                 return
             running = message.job_id == self._current
         if running and isinstance(message, protocol.Stop):
-            # the job's whole tree, this process included: its handler sets cx.cancelled
+            # the job's whole tree, this process included: its handler sets
+            # cx.cancelled and, when the kill is decided, raises Stopped in the job
             proctree.signal_tree(os.getpid(), signal.SIGTERM)
 
     def _lease(self, message: protocol.Run | protocol.Lease) -> None:

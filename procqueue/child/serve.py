@@ -25,6 +25,7 @@ from procqueue import errors, protocol
 from procqueue.child import crashlog, proctree
 from procqueue.child.pipes import Fence, Flusher, Inbox, PipeChannel
 from procqueue.jobs import runner
+from procqueue.jobs.stopping import EventLoop, Guard
 from procqueue.producer.app import App, load_app
 
 
@@ -89,14 +90,18 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
     fence = Fence()
     inbox = Inbox(rfd, fence)
     flusher = Flusher()
-    current: list[PipeChannel] = []
+    loop = EventLoop()  # every async job of this child runs on it
+    current: list[tuple[int, PipeChannel, Guard]] = []
 
     def on_term(signum: int, frame: Any) -> None:
-        # Running: the job may see cx.cancelled; the supervisor SIGKILLs after
-        # its grace. Idle: exit now.
+        # Running: the job sees cx.cancelled and, once its kill is decided,
+        # Stopped (the supervisor SIGKILLs after its kill grace). Idle: exit now.
         if not current:
             raise SystemExit(0)
-        current[0].cancel_requested = True
+        job_id, channel, guard = current[0]
+        channel.cancel_requested = True
+        if inbox.must_stop(job_id):
+            guard.stop(frame)
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor decides
@@ -116,9 +121,12 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
         channel = PipeChannel(inbox, wfd, message.job_id, dict(message.steps))
         channel.flusher = flusher
         channel.cancel_requested = inbox.stop_asked(message.job_id)
+        guard = Guard()
         job = app.registry.get(message.name)
         set_title(f"procqueue child {index} {message.name}#{message.job_id}")
-        current.append(channel)
+        current.append((message.job_id, channel, guard))
+        if inbox.must_stop(message.job_id):  # its kill was decided before it started
+            guard.stop(None)
         try:
             if job is None:  # a rolling deploy: a newer supervisor may know it
                 reply: protocol.Done | protocol.Failed = protocol.Failed(
@@ -133,6 +141,8 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
                     attempt=message.attempt,
                     encoded=message.args,
                     channel=channel,
+                    guard=guard,
+                    loop=loop,
                 )
             _reap_leftovers()
             sys.stdout.flush()

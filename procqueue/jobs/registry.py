@@ -61,6 +61,8 @@ class Job(Generic[P, R]):
         self.info_param: str | None = None
         """Set for an on_failure handler: its first argument is always a `JobInfo`."""
         self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+        """An ``async def`` job: its coroutine runs on the child's event loop."""
         self.name = name
         self.options = options
         self.signature = inspect.signature(fn)
@@ -193,10 +195,17 @@ class Registry(Mapping[str, Job[Any, Any]]):
     def register(self, fn: Callable[P, R], options: dict[str, Any]) -> Job[P, R]:
         """Registers `fn` with `options` (``name`` among them, optionally).
 
-        Raises ConfigError for a bad option or a name registered twice.
+        Raises ConfigError for a bad option, a name registered twice, or a
+        generator or async generator function (no job can return what it makes).
         """
         options = dict(options)
         name = options.pop("name", None) or f"{fn.__module__}.{fn.__qualname__}"
+        if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+            kind = "an async generator" if inspect.isasyncgenfunction(fn) else "a generator"
+            raise errors.ConfigError(
+                f"job {name!r} is {kind} function: a job returns one encodable value; "
+                "return a list (or use def / async def without yield)"
+            )
         if options.get("on_failure") is not None:
             options["on_failure"] = self.handler_name(options["on_failure"])
         parsed = parse_options(options, JobOptions(), now=0.0, registering=True)

@@ -4,6 +4,7 @@ a protocol message. Used by the child and by `App.run_inline`."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import traceback
 from typing import TYPE_CHECKING, Any
@@ -11,8 +12,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from procqueue import errors, protocol
-from procqueue.jobs import options
+from procqueue.jobs import options, stopping
 from procqueue.jobs.context import Channel, Context
+from procqueue.jobs.stopping import EventLoop, Guard
 
 if TYPE_CHECKING:
     from procqueue.jobs.registry import Job
@@ -64,24 +66,68 @@ def _is_procqueue(filename: str) -> bool:
     return os.path.abspath(filename).startswith(_PACKAGE_DIR + os.sep)
 
 
-def call(job: Job[Any, Any], *, job_id: int, attempt: int, encoded: bytes, channel: Channel) -> Any:
-    """Converts the arguments and calls the job; its exceptions propagate."""
+def call(
+    job: Job[Any, Any],
+    *,
+    job_id: int,
+    attempt: int,
+    encoded: bytes,
+    channel: Channel,
+    guard: Guard | None = None,
+    loop: EventLoop | None = None,
+) -> Any:
+    """Converts the arguments and calls the job, an async one run to its end
+    on `loop` (a loop made and closed for this call when None); its
+    exceptions propagate, and so does the `Stopped` that `guard` delivers.
+
+    Raises Permanent, having closed it, when a sync function returns a
+    coroutine; RuntimeError for an async job called from a running loop.
+    """
     args = convert_args(job, encoded)
-    if job.takes_context:
-        return job.fn(Context(id=job_id, attempt=attempt, channel=channel), **args)
-    return job.fn(**args)
+    guard = guard or Guard()
+    head = (Context(id=job_id, attempt=attempt, channel=channel),) if job.takes_context else ()
+    with guard.running():
+        result = job.fn(*head, **args)
+        if not inspect.iscoroutine(result):
+            return result
+        if not job.is_async:
+            result.close()
+            raise errors.Permanent(f"{job.name} returned a coroutine; declare it async def")
+        if loop is not None:
+            return loop.run(result, guard)
+        own = EventLoop()
+        try:
+            return own.run(result, guard)
+        finally:
+            own.close()
 
 
 def execute(
-    job: Job[Any, Any], *, job_id: int, attempt: int, encoded: bytes, channel: Channel
+    job: Job[Any, Any],
+    *,
+    job_id: int,
+    attempt: int,
+    encoded: bytes,
+    channel: Channel,
+    guard: Guard | None = None,
+    loop: EventLoop | None = None,
 ) -> protocol.Done | protocol.Failed:
-    """Runs one attempt and reports it as the message the supervisor expects.
+    """Runs one attempt (see `call`) and reports it as the message the
+    supervisor expects.
 
-    Catches everything the job raises, `SystemExit` and `KeyboardInterrupt`
-    included: a job cannot stop its child by raising.
+    Catches everything the job raises, `SystemExit`, `KeyboardInterrupt`
+    and `Stopped` included: a job cannot stop its child by raising.
     """
     try:
-        result = call(job, job_id=job_id, attempt=attempt, encoded=encoded, channel=channel)
+        result = call(
+            job,
+            job_id=job_id,
+            attempt=attempt,
+            encoded=encoded,
+            channel=channel,
+            guard=guard,
+            loop=loop,
+        )
     except errors.Retry as exc:  # deliberate: the message says it all
         return protocol.Failed(job_id=job_id, kind="retry", error=f"Retry: {exc}", delay=exc.delay)
     except errors.Permanent as exc:
@@ -122,6 +168,17 @@ class InlineChannel:
 
 
 def run_inline(job: Job[Any, Any], encoded: bytes) -> Any:
-    """One attempt in this process; the result round-trips through JSON."""
+    """One attempt in this process (an async job on an event loop of its
+    own, like `asyncio.run`); the result round-trips through JSON.
+
+    Raises RuntimeError for an async job when called from a running event
+    loop, before the job runs.
+    """
+    if job.is_async and stopping.loop_running():
+        raise RuntimeError(
+            f"run_inline({job.name!r}) was called from a running event loop; an async "
+            "job's run needs a loop of its own: call it from synchronous code, "
+            "e.g. await asyncio.to_thread(app.run_inline, job, ...)"
+        )
     result = call(job, job_id=0, attempt=1, encoded=encoded, channel=InlineChannel())
     return msgspec.json.decode(job.codec.encode(result))

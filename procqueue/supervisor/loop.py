@@ -284,7 +284,9 @@ class Supervisor:
             and (self._stops > 1 or now >= self._draining_until)
         ):
             self._drain_killed = True
-            self.attempts.hand_back_all()
+            # the grace ran out: Stopped, then SIGKILL after the kill grace
+            # (kept in the budget); a second signal stops at once
+            self.attempts.hand_back_all(hard=self._stops > 1)
 
     def _timeout(self, now: float) -> float:
         if self.pool.any_dead():

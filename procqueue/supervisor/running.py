@@ -328,12 +328,13 @@ class Attempts:
                 a.drain_asked = True
                 self.pool.stop(a.child, a.job.id, grace=None)
 
-    def hand_back_all(self) -> None:
+    def hand_back_all(self, *, hard: bool = True) -> None:
         """End of the drain: what still runs is killed and handed back, and
-        so is every reserved job."""
+        so is every reserved job. Not `hard`: the job's code gets `Stopped`
+        and the kill comes after the kill grace."""
         self._unreserve_all()
         for a in list(self.running.values()):
-            self.kill(a, "drain", "handed back at shutdown", hard=True)
+            self.kill(a, "drain", "handed back at shutdown", hard=hard)
 
     def abandon_all(self) -> None:
         """The supervisor is closing and every child is gone: what they

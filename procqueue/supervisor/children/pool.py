@@ -280,7 +280,8 @@ class Pool:
 
     def stop(self, index: int, job_id: int, *, grace: float | None) -> None:
         """Asks the child to end job `job_id` (a Stop frame: the job's tree
-        gets SIGTERM, the job sees `cx.cancelled`), and SIGKILLs the tree
+        gets SIGTERM, the job sees `cx.cancelled`, and with a `grace` its code
+        gets `Stopped`), and SIGKILLs the tree
         after `grace` seconds unless it ended (None: no escalation; at once
         when 0). The child takes no new job and is replaced once reaped."""
         slot = self._slot(index)
@@ -290,7 +291,7 @@ class Pool:
         if grace is not None and grace <= 0:
             self.kill(index)
             return
-        if not self.send(index, protocol.Stop(job_id=job_id)):
+        if not self.send(index, protocol.Stop(job_id=job_id, kill_in=grace)):
             self.kill(index)
             return
         if grace is not None and slot.kill_at is None:
