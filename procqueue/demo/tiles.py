@@ -109,10 +109,10 @@ def segfault_tile(cx: Context, col: int, row: int, cols: int, rows: int) -> floa
 
 @app.job(max_attempts=2, backoff=_QUICK, timeout=1.0)
 def runaway_tile(cx: Context, col: int, row: int, cols: int, rows: int) -> float:
-    """Computes its tile, then hangs: killed at its 1 s timeout, every attempt."""
+    """Computes its tile, then hangs: stopped at its 1 s timeout, every attempt."""
     _render(cx, col, row, cols, rows, SIZE)
     cx.progress("hanging…", 1.0)
-    while True:  # ignores cx.cancelled: only the SIGKILL ends it
+    while True:  # ignores cx.cancelled: Stopped, raised here at the timeout, ends it
         time.sleep(0.05)
 
 

@@ -89,7 +89,8 @@ def test_timeouts_and_cancels_are_recorded_and_logged_at_info(
         cancelled = finished(app, running)
         timed_out = finished(app, timed)
     assert [h.outcome for h in cancelled.history] == ["cancelled"]
-    assert cancelled.history[0].exit_reason in ("SIGTERM", "SIGKILL", "exit code 0")
+    # Stopped ended it in time (no exit reason: the attempt ended before its child)
+    assert cancelled.history[0].exit_reason in (None, "SIGTERM", "SIGKILL", "exit code 0")
     assert timed_out.history[0].outcome == "failed"
     assert timed_out.history[0].exit_reason == "SIGKILL"
     assert "timed out after 0.5s" in (timed_out.history[0].error or "")
