@@ -71,7 +71,7 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     set_title(f"procqueue child {index} starting")
     raise_oom_score()
     proctree.become_subreaper()
-    crashlog.enable()  # a fatal signal's Python stack, for the attempt's error (issue 14)
+    crashlog.enable()  # a fatal signal's Python stack, for the attempt's error
     try:
         app = load_app(spec)
     except errors.ProcqueueError as exc:
@@ -176,7 +176,7 @@ def forked_main(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
     set_title(f"procqueue child {index} starting")
     raise_oom_score()  # inherited from the template, but not to rely on
     proctree.become_subreaper()  # never inherited across fork
-    crashlog.enable()  # its own file, by its own pid (issue 14)
+    crashlog.enable()  # its own file, by its own pid
     try:
         return serve_app(app, spec, index, rfd, wfd)
     except (BrokenPipeError, errors.ProtocolError) as exc:

@@ -165,7 +165,7 @@ def bind_args(
 ) -> bytes:
     """`args` bound against `signature` (None: a job this process doesn't
     know, stored as given), JSON-encoded with `codec`, and each argument
-    with a type in `types` converted to it as a child would (issue 14).
+    with a type in `types` converted to it as a child would.
 
     Raises EnqueueError saying which argument does not bind, encode or fit its type.
     """

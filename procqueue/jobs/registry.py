@@ -81,7 +81,7 @@ class Job(Generic[P, R]):
             hints = {}
         types = {n: hints[n] for n in self.arg_signature.parameters if n in hints}
         if self.info_param is not None and types.get(self.info_param, Any) is Any:
-            types[self.info_param] = models.JobInfo  # unannotated: still a JobInfo (issue 14)
+            types[self.info_param] = models.JobInfo  # unannotated: still a JobInfo
         return types
 
     def handles_failures(self) -> None:
@@ -275,7 +275,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
 
         A name this registry doesn't know (a producer that doesn't import the
         job code) is stored with its arguments as given, JSON-encoded, and
-        the default options; the child that runs it checks them (issue 14).
+        the default options; the child that runs it checks them.
 
         Raises EnqueueError saying what is wrong; writes nothing.
         """

@@ -54,7 +54,7 @@ def convert_args(job: Job[Any, Any], encoded: bytes) -> dict[str, Any]:
 def describe(exc: BaseException) -> str:
     """Type, message and the innermost frames of `exc`'s traceback that are
     the job's: procqueue's own frames (the runner, `Context.step`) are left
-    out (issue 14)."""
+    out."""
     head = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     summary = traceback.extract_tb(exc.__traceback__)
     own = [f for f in summary if not _is_procqueue(f.filename)] or list(summary)
