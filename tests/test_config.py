@@ -259,6 +259,9 @@ class FakeSupervisor:
     def __init__(self, app: App, *, spec: str, settings: config.Settings) -> None:
         FakeSupervisor.seen = {"dsn": app.dsn, "settings": settings}
 
+    def prepare(self) -> None:
+        """Nothing to migrate: no database is opened."""
+
     def run(self, *, install_signals: bool) -> int:
         return 0
 
