@@ -36,6 +36,7 @@ from procqueue.supervisor.children.pool import Pool
 from procqueue.supervisor.children.slots import Children
 from procqueue.supervisor.claims import Claims
 from procqueue.supervisor.dbthread import DbCalls
+from procqueue.supervisor.drain import Drain
 from procqueue.supervisor.faults import Faults
 from procqueue.supervisor.heartbeat import Heartbeat
 from procqueue.supervisor.lease import Lease
@@ -135,12 +136,13 @@ class Supervisor:
             spec=spec,
             busy=lambda: len(self.attempts.running),
         )
-        self._stops = 0
-        self._draining_until: float | None = None
-        self._gone_by: float | None = None
-        """Draining: when the supervisor must be gone (monotonic), grace +
-        kill_grace + outcome_wait after the first signal, whatever the database does."""
-        self._drain_killed = False
+        self.drain = Drain(
+            settings=settings,
+            attempts=self.attempts,
+            pool=self.pool,
+            claims=self.claims,
+            db=self.db,
+        )
         self._busy_title = -1
         self._timers: dict[str, float] = {}
         self._subscribed = False
@@ -154,7 +156,7 @@ class Supervisor:
 
     def request_stop(self) -> None:
         """First call drains gracefully; the second stops at once."""
-        self._stops += 1
+        self.drain.request()
         self.wake()
 
     # -- the loop -----------------------------------------------------------
@@ -233,7 +235,7 @@ class Supervisor:
         for index in self.pool.unfinished(now):
             self.attempts.protocol_error(index, "protocol error: a frame was left unfinished")
         self.limits.enforce(now, wall=self.clock.now())
-        self._drain(now)
+        self.drain.step(now)
         self.writes.flush(now)
         self.attempts.place()  # a child that became ready takes a reserved job
         if self.attempts.take_freed():
@@ -249,44 +251,8 @@ class Supervisor:
         self._title()
 
     def finished(self) -> bool:
-        """Whether the drain is over: nothing runs and the outcomes are
-        written, or its budget is spent (`close` then leaves what is left
-        to lease rescue)."""
-        if self._gone_by is None:
-            return False
-        if self.clock.monotonic() >= self._gone_by - self._close_reserve():
-            return True
-        if self.attempts.running or self.attempts.reserved:
-            return False
-        return not self.attempts.unwritten() and not self.db.busy("cycle")
-
-    def _close_reserve(self) -> float:
-        """The part of the drain's budget kept for `close`: its last write
-        and its heartbeat removal, on the database thread."""
-        return min(1.0, self.settings.outcome_wait / 2)
-
-    def _drain(self, now: float) -> None:
-        if self._stops and self._draining_until is None:
-            self._draining_until = now + self.settings.grace
-            s = self.settings
-            self._gone_by = now + s.grace + s.kill_grace + s.outcome_wait
-            log.info(
-                "draining: %d running, up to %.1fs",
-                len(self.attempts.running),
-                self.settings.grace,
-            )
-            self.pool.stop_respawning()
-            self.claims.stop()
-            self.attempts.ask_to_stop()
-        if (
-            self._draining_until is not None
-            and not self._drain_killed
-            and (self._stops > 1 or now >= self._draining_until)
-        ):
-            self._drain_killed = True
-            # the grace ran out: Stopped, then SIGKILL after the kill grace
-            # (kept in the budget); a second signal stops at once
-            self.attempts.hand_back_all(hard=self._stops > 1)
+        """Whether the drain is over (see `Drain.finished`)."""
+        return self.drain.finished(self.clock.monotonic())
 
     def _timeout(self, now: float) -> float:
         if self.pool.any_dead():
@@ -304,12 +270,11 @@ class Supervisor:
             self.limits.next_due(),
             self.writes.next_due(),
             self.pool.next_kill(),
-            self._draining_until,
-            None if self._gone_by is None else self._gone_by - self._close_reserve(),
         )
         for extra in extras:
             if extra is not None:
                 due.append(extra)
+        due.extend(self.drain.next_due())
         if self.attempts.unwritten() or self.db.down_since is not None:
             due.append(max(self.db.retry_at, now + 0.01))
         return max(0.0, min(due) - now)
@@ -388,9 +353,7 @@ class Supervisor:
         job ids and left to lease rescue: a database that hangs never holds
         the process past its budget."""
         s = self.settings
-        gone_by = self._gone_by
-        if gone_by is None:
-            gone_by = self.clock.monotonic() + s.kill_grace + s.outcome_wait
+        gone_by = self.drain.gone_by(self.clock.monotonic())
         if self._subscribed:
             self.app.off_enqueue(self.wake)
             self._subscribed = False
