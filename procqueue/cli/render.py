@@ -223,29 +223,17 @@ def stats_document(queues: Iterable[models.QueueInfo]) -> dict[str, dict[str, di
     return {"queues": {q.name: {f: getattr(q, f) for f in STATS_FIELDS} for q in queues}}
 
 
-STATS_HEADERS = (
-    "queue",
-    "pending",
-    "reserved",
-    "running",
-    "done",
-    "failed",
-    "cancelled",
-    "oldest pending",
-)
+STATS_TABLE = STATS_FIELDS[: STATS_FIELDS.index("oldest_pending_age") + 1]
+"""The columns of ``procqueue stats`` after the queue's name."""
+
+STATS_HEADERS = ("queue", *(f.removesuffix("_age").replace("_", " ") for f in STATS_TABLE))
 
 
 def stats_row(q: models.QueueInfo) -> list[object]:
-    return [
-        q.name,
-        q.pending,
-        q.reserved,
-        q.running,
-        q.done,
-        q.failed,
-        q.cancelled,
-        age(q.oldest_pending_age),
-    ]
+    """One line of ``procqueue stats``, in the order of `STATS_HEADERS`."""
+    cells: list[object] = [getattr(q, f) for f in STATS_TABLE]
+    cells[-1] = age(q.oldest_pending_age)
+    return [q.name, *cells]
 
 
 QUEUE_HEADERS = (

@@ -86,15 +86,8 @@ class AttemptWrites:
                 words = f"step {message.name!r} could not be saved: {exc}"
                 self.attempts.kill(a, "error", words, hard=True)
 
-        job = a.job
-        save = functools.partial(
-            self.store.job_save_step,
-            id=job.id,
-            attempt=job.attempt,
-            name=message.name,
-            value=message.value,
-        )
-        self.db.submit(f"step:{job.id}", save, on_done=saved, on_error=refused)
+        save = _fence(a, self.store.job_save_step, name=message.name, value=message.value)
+        self.db.submit(f"step:{a.job.id}", save, on_done=saved, on_error=refused)
 
     def flush(self, now: float) -> None:
         """Submits progress (at most every `progress_interval` per job) and
@@ -111,30 +104,15 @@ class AttemptWrites:
                 and self.db.ok(now)
             ):
                 text, fraction = self.attempts.progress_sent(a, now)
-                write = functools.partial(
-                    self.store.job_set_progress,
-                    id=job.id,
-                    attempt=job.attempt,
-                    text=text,
-                    fraction=fraction,
-                )
+                write = _fence(a, self.store.job_set_progress, text=text, fraction=fraction)
                 self._fenced(a, "progress", write)
             if (
                 not a.pid_written
-                and (
-                    now - a.started >= (PID_AFTER_S if a.shown_started else RESERVED_START_S)
-                    or a.progress is not None
-                )
+                and (now - a.started >= _pid_after(a) or a.progress is not None)
                 and self.db.ok(now)
             ):
                 self.attempts.pid_sent(a)
-                write = functools.partial(
-                    self.store.job_set_pid,
-                    id=job.id,
-                    attempt=job.attempt,
-                    pid=a.pid,
-                    started_at=a.started_wall,
-                )
+                write = _fence(a, self.store.job_set_pid, pid=a.pid, started_at=a.started_wall)
                 self._fenced(a, "pid", write)
 
     def next_due(self) -> float | None:
@@ -146,7 +124,7 @@ class AttemptWrites:
             if a.progress_unwritten:
                 due.append(a.progress_written_at + self.settings.progress_interval)
             elif not a.pid_written:
-                due.append(a.started + PID_AFTER_S)
+                due.append(a.started + _pid_after(a))
         return min(due) if due else None
 
     def _fenced(self, a: Attempt, what: str, call: Callable[[], bool]) -> None:
@@ -157,3 +135,14 @@ class AttemptWrites:
                 self.attempts.kill(a, "lease", "lease lost", hard=True)
 
         self.db.submit(f"{what}:{a.job.id}", call, on_done=answered)
+
+
+def _pid_after(a: Attempt) -> float:
+    """How long `a` runs before its pid (and, claimed ahead, its start) is written."""
+    return PID_AFTER_S if a.shown_started else RESERVED_START_S
+
+
+def _fence(a: Attempt, write: Callable[..., bool], **fields: object) -> Callable[[], bool]:
+    """`write` bound to `a`'s fence (its job id and attempt number): the
+    store applies it only while that attempt is the job's running one."""
+    return functools.partial(write, id=a.job.id, attempt=a.job.attempt, **fields)
