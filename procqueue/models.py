@@ -103,7 +103,8 @@ class JobInfo(msgspec.Struct, frozen=True):
     finished_at: dt.datetime | None
     deadline_at: dt.datetime | None
     pid: int | None = None
-    """The child process that ran (or runs) the latest attempt, once known."""
+    """The child process running the job now, once known (None once the
+    attempt ended: its history entry keeps the pid, ``AttemptInfo.child_pid``)."""
     undecodable: str | None = None
     """Set when the job's row holds values that do not decode (a corrupted
     or hand-edited row): names each such column and why, e.g. ``"column

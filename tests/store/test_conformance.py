@@ -593,6 +593,17 @@ def test_set_pid_is_fenced_and_visible(store: Store) -> None:
     assert get(store, id_).pid == 4242
 
 
+@pytest.mark.parametrize("state", [JobState.DONE, JobState.FAILED, JobState.PENDING])
+def test_an_ended_attempt_leaves_its_pid_to_its_history(store: Store, state: JobState) -> None:
+    id_ = insert_one(store)
+    claimed = claim_exactly(store, id_)
+    assert store.job_set_pid(id=id_, attempt=claimed.attempt, pid=4242)
+    assert record(store, claimed, state, history=state.value, error="x") == []
+    info = store.job_get(id=id_, history=True)
+    assert info is not None and info.pid is None  # no process runs it now
+    assert [a.child_pid for a in info.history] == [4242]
+
+
 def test_a_job_claimed_ahead_is_reserved_until_a_child_starts_it(store: Store) -> None:
     first, second = insert(store, new_job(), new_job())
     cycle = store.job_record_and_claim(

@@ -129,7 +129,7 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
                     ELSE coalesce(%(progress)s::text, progress) END,
     fraction = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
                     ELSE coalesce(%(fraction)s::float8, fraction) END,
-    pid = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL ELSE pid END,
+    pid = NULL,
     owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
   AND (%(owner)s::text = '' OR owner = %(owner)s::text)
@@ -179,7 +179,7 @@ SET state = CASE WHEN cancel_requested THEN 'cancelled'
                        THEN %(now)s::float8 END,
     progress = CASE WHEN cancel_requested OR attempts >= max_attempts THEN progress END,
     fraction = CASE WHEN cancel_requested OR attempts >= max_attempts THEN fraction END,
-    pid = CASE WHEN cancel_requested OR attempts >= max_attempts THEN pid END,
+    pid = NULL,
     run_at = %(now)s::float8, owner = NULL, lease_until = NULL, cancel_requested = false
 WHERE state = 'running'
   AND (lease_until < %(now)s::float8 OR lease_until IS NULL OR lease_until = 'NaN'::float8)

@@ -121,7 +121,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
                     ELSE coalesce(:progress, progress) END,
     fraction = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
                     ELSE coalesce(:fraction, fraction) END,
-    pid = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL ELSE pid END,
+    pid = NULL,
     owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE id = :id AND attempts = :attempt AND state = 'running' AND (:owner = '' OR owner = :owner)
 RETURNING id
@@ -172,7 +172,7 @@ SET state = CASE WHEN cancel_requested = 1 THEN 'cancelled'
     finished_at = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN :now END,
     progress = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN progress END,
     fraction = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN fraction END,
-    pid = CASE WHEN cancel_requested = 1 OR attempts >= max_attempts THEN pid END,
+    pid = NULL,
     run_at = :now, owner = NULL, lease_until = NULL, cancel_requested = 0
 WHERE state = 'running'
   AND (lease_until < :now OR lease_until IS NULL OR typeof(lease_until) NOT IN ('real', 'integer'))
