@@ -236,6 +236,19 @@ def owner_parts(owner: str | None) -> tuple[str | None, int | None]:
     return host or None, int(pid) if pid.isdigit() else None
 
 
+class Throughput(msgspec.Struct, frozen=True):
+    """Jobs that ended per UTC minute, as the store counted them."""
+
+    first_minute: int
+    """The first minute counted, in minutes since the epoch."""
+    done: list[int]
+    """Jobs done in each minute from `first_minute` on, oldest first."""
+    failed: list[int]
+    """Jobs failed in each minute, as `done`."""
+    last_60s: int
+    """Jobs done or failed in the last 60 seconds."""
+
+
 class QueueInfo(msgspec.Struct, frozen=True):
     name: str
     limit: int | None

@@ -61,6 +61,7 @@ DOCUMENTED_CALLS = {
         "retry",
         "jobs",
         "stats",
+        "throughput",
         "pause",
         "resume",
         "queues",

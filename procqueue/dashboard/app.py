@@ -84,9 +84,7 @@ class Dashboard:
         return dt.datetime.fromtimestamp(self.app.clock.now(), tz=dt.UTC)
 
     def _throughput(self) -> views.View:
-        finished = self.app.jobs(state="done", limit=views.CHART_SAMPLE)
-        finished += self.app.jobs(state="failed", limit=views.CHART_SAMPLE)
-        return views.throughput(finished, self.now())
+        return views.throughput(self.app.throughput(views.CHART_MINUTES))
 
     def queues_data(self) -> views.View:
         stats = self.app.stats()

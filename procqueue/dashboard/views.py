@@ -18,13 +18,12 @@ from urllib.parse import quote, urlencode
 import msgspec
 
 from procqueue import models
-from procqueue.models import HELD_STATES, JobInfo, JobState, QueueInfo
+from procqueue.models import HELD_STATES, JobInfo, JobState, QueueInfo, Throughput
 
 STATES = [s.value for s in JobState]
 PREVIEW_CHARS = 160
 ERROR_LINE_CHARS = 300
 CHART_MINUTES = 15
-CHART_SAMPLE = 1000
 """Throughput is counted over the newest this-many done and failed jobs."""
 RATE_WINDOW = dt.timedelta(seconds=60)
 """The rate shown as "now": jobs finished in the last minute, per second (a
@@ -257,24 +256,15 @@ def totals(queues: Iterable[QueueInfo]) -> View:
 # -- throughput --------------------------------------------------------------
 
 
-def throughput(finished: Iterable[JobInfo], now: dt.datetime, minutes: int = CHART_MINUTES) -> View:
-    """Done and failed jobs per minute over the last `minutes`, with bar geometry.
+def throughput(counts: Throughput) -> View:
+    """Done and failed jobs per minute, with bar geometry, and the rate over
+    the last 60 s.
 
     The chart is a 100x40 SVG viewBox; bars are stacked (done below failed).
     """
-    end = now.replace(second=0, microsecond=0) + dt.timedelta(minutes=1)
-    start = end - dt.timedelta(minutes=minutes)
-    done = [0] * minutes
-    failed = [0] * minutes
-    last_minute = 0
-    for info in finished:
-        at = info.finished_at
-        if at is None or not start <= at < end:
-            continue
-        if now - RATE_WINDOW < at <= now:
-            last_minute += 1
-        i = int((at - start).total_seconds() // 60)
-        (done if info.state == JobState.DONE else failed)[i] += 1
+    minutes = len(counts.done)
+    start = dt.datetime.fromtimestamp(counts.first_minute * 60, tz=dt.UTC)
+    done, failed = counts.done, counts.failed
     top = max([d + f for d, f in zip(done, failed, strict=True)] + [1])
     width, height, gap = 100 / minutes, 40.0, 0.6
     bars = []
@@ -298,9 +288,9 @@ def throughput(finished: Iterable[JobInfo], now: dt.datetime, minutes: int = CHA
         "total_done": sum(done),
         "total_failed": sum(failed),
         "peak": max(done[i] + failed[i] for i in range(minutes)),
-        "rate_now": f"{last_minute / RATE_WINDOW.total_seconds():.1f}",
+        "rate_now": f"{counts.last_60s / RATE_WINDOW.total_seconds():.1f}",
         "from_label": start.strftime("%H:%M"),
-        "to_label": (end - dt.timedelta(minutes=1)).strftime("%H:%M"),
+        "to_label": (start + dt.timedelta(minutes=minutes - 1)).strftime("%H:%M"),
     }
 
 

@@ -114,6 +114,10 @@ class Control:
         """Per queue: counts per state, limit, paused flag, oldest pending age."""
         return {q.name: q for q in self.store.queue_list(now=self.clock.now())}
 
+    def throughput(self, minutes: int = 15) -> models.Throughput:
+        """Jobs done and failed per minute over the last `minutes`, counted by the store."""
+        return self.store.job_finished_per_minute(minutes=minutes, now=self.clock.now())
+
     def pause(self, queue: str, *, create: bool = False) -> None:
         """Stops new claims from `queue` on every supervisor.
 

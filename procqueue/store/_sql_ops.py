@@ -224,6 +224,26 @@ class OpsStore:
             now=now,
         )
 
+    def job_finished_per_minute(self, *, minutes: int, now: float) -> models.Throughput:
+        """Done and failed jobs in each of the last `minutes` UTC minutes (the
+        current one last) and in the last 60 s; rows that do not decode are
+        not counted."""
+        first = int(now // 60) - minutes + 1
+        params = {"since": first * 60.0, "recent": now - 60.0}
+        rows = self._db.statement("job_finished_per_minute", params, idempotent=True).rows
+        counts = {"done": [0] * minutes, "failed": [0] * minutes}
+        recent = 0
+        for row in rows:
+            minute, state, n, last = row["minute"], row["state"], row["n"], row["recent"]
+            if state not in counts or not all(type(v) is int for v in (minute, n, last)):
+                continue
+            if 0 <= minute - first < minutes:
+                counts[state][minute - first] += n
+                recent += last
+        return models.Throughput(
+            first_minute=first, done=counts["done"], failed=counts["failed"], last_60s=recent
+        )
+
     def queue_init_limit(
         self, *, queue: str, limit: int, by: str, now: float
     ) -> tuple[int | None, str | None]:

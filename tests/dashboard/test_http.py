@@ -11,6 +11,7 @@ from starlette.testclient import TestClient
 
 from procqueue import App, JobState
 from procqueue.dashboard import create_app, views
+from procqueue.models import Throughput
 from tests.dashboard import dashjobs
 from tests.dashboard.factory import csrf_of, make, progress
 from tests.store.rawdb import RawDb
@@ -249,35 +250,19 @@ def test_loopback_dashboard_refuses_foreign_host_names(dsn: str, app: App) -> No
 # -- presentation (no database) ----------------------------------------------
 
 
-def test_throughput_counts_finished_jobs_per_minute() -> None:
-    now = dt.datetime(2024, 5, 1, 12, 30, 20, tzinfo=dt.UTC)
-
-    def finished(state: JobState, minutes_ago: float) -> object:
-        return _Info(state, now - dt.timedelta(minutes=minutes_ago))
-
-    jobs = [finished(JobState.DONE, 0.1)] * 4 + [finished(JobState.FAILED, 0.2)]
-    jobs += [finished(JobState.DONE, 3)] * 2 + [finished(JobState.DONE, 60)]
-    chart = views.throughput(jobs, now)  # type: ignore[arg-type]
+def test_throughput_draws_the_stores_counts_per_minute() -> None:
+    first = int(dt.datetime(2024, 5, 1, 12, 16, tzinfo=dt.UTC).timestamp() // 60)
+    done, failed = [0] * 15, [0] * 15
+    done[-1], failed[-1], done[-4] = 4, 1, 2
+    counts = Throughput(first_minute=first, done=done, failed=failed, last_60s=600)
+    chart = views.throughput(counts)
     assert (chart["total_done"], chart["total_failed"], chart["peak"]) == (6, 1, 5)
     last = chart["bars"][-1]
     assert last["title"] == "12:30 UTC: 4 done, 1 failed"
     assert float(last["h_done"]) + float(last["h_failed"]) == pytest.approx(40.0)
     assert chart["bars"][-4]["title"] == "12:27 UTC: 2 done, 0 failed"
     assert (chart["from_label"], chart["to_label"]) == ("12:16", "12:30")
-
-
-def test_the_rate_now_is_the_last_minutes() -> None:
-    """20 jobs/s for the last 30 s reads as 10/s now, not as a 15-minute average."""
-    now = dt.datetime(2024, 5, 1, 12, 30, 20, tzinfo=dt.UTC)
-    jobs = [_Info(JobState.DONE, now - dt.timedelta(seconds=i / 20)) for i in range(600)]
-    jobs += [_Info(JobState.DONE, now - dt.timedelta(minutes=5))] * 100
-    assert views.throughput(jobs, now)["rate_now"] == "10.0"  # type: ignore[arg-type]
-
-
-class _Info:
-    def __init__(self, state: JobState, finished_at: dt.datetime) -> None:
-        self.state = state
-        self.finished_at = finished_at
+    assert chart["rate_now"] == "10.0"  # the last 60 s, not a 15-minute average
 
 
 @pytest.mark.parametrize(

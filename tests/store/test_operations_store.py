@@ -183,3 +183,24 @@ def test_history_and_heartbeat_rows_that_do_not_decode_never_break_a_read(
     if raw.backend == "sqlite":
         assert (history[1].attempt, history[1].outcome, history[1].peak_memory) == (0, "?", None)
         assert store.supervisor_list(now=NOW) == []
+
+
+def test_throughput_is_counted_per_minute_by_the_store(store: Store) -> None:
+    now = 1_700_000_420.0  # 20 s into a UTC minute
+    ends = [(JobState.DONE, now - 0.5 * i) for i in range(40)]  # 2/s for the last 20 s
+    ends += [(JobState.FAILED, now - 30), (JobState.DONE, now - 185)]
+    ends += [(JobState.DONE, now - 3600), (JobState.CANCELLED, now - 1)]
+    for state, at in ends:
+        id_ = _insert(store, now=at)
+        if state == JobState.CANCELLED:
+            store.job_cancel(id=id_, now=at)
+            continue
+        claimed = _claim(store, now=at)
+        assert store.job_record_many(outcomes=[_outcome(claimed, state, state.value)], now=at) == []
+    counts = store.job_finished_per_minute(minutes=15, now=now)
+    assert counts.first_minute == int(now // 60) - 14
+    assert (counts.done[-1], counts.failed[-1]) == (40, 0)  # this minute
+    assert (counts.done[-2], counts.failed[-2]) == (0, 1)  # 30 s ago: the minute before
+    assert counts.done[-4] == 1  # 185 s ago
+    assert (sum(counts.done), sum(counts.failed)) == (41, 1)  # an hour ago is out of range
+    assert counts.last_60s == 41

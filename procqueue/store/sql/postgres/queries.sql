@@ -565,3 +565,11 @@ WHERE b.sealed_at IS NOT NULL AND b.completed_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
 ORDER BY b.id
 LIMIT %(limit)s
+
+-- job_finished_per_minute --
+-- Done and failed jobs per UTC minute since a time, with how many of them ended after a
+-- second time (the rate now); counted in the database, so it holds whatever the volume.
+SELECT floor(finished_at / 60)::bigint AS minute, state, count(*) AS n,
+       count(*) FILTER (WHERE finished_at > %(recent)s::float8) AS recent
+FROM jobs WHERE state IN ('done', 'failed') AND finished_at >= %(since)s::float8
+GROUP BY 1, 2

@@ -540,3 +540,11 @@ WHERE b.sealed_at IS NOT NULL AND b.completed_at IS NULL
   AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
 ORDER BY b.id
 LIMIT :limit
+
+-- job_finished_per_minute --
+-- Done and failed jobs per UTC minute since a time, with how many of them ended after a
+-- second time (the rate now); counted in the database, so it holds whatever the volume.
+SELECT CAST(finished_at / 60 AS INTEGER) AS minute, state, count(*) AS n,
+       sum(CASE WHEN finished_at > :recent THEN 1 ELSE 0 END) AS recent
+FROM jobs WHERE state IN ('done', 'failed') AND finished_at >= :since
+GROUP BY 1, 2
