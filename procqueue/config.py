@@ -59,6 +59,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=Tr
     log_level: Literal["debug", "info", "warning", "error"] | None = None
     metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     metrics_host: _Name | None = None
+    job_user: _Name | None = None
 
     def given(self) -> dict[str, Any]:
         """The keys this source sets, with their values."""

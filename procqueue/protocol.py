@@ -18,6 +18,9 @@ from procqueue import errors
 from procqueue.codec import DECODE_ERRORS
 
 PROTOCOL_VERSION = 1
+CHILD_IDS_ENV = "PROCQUEUE_CHILD_IDS"
+"""The environment variable that gives a child ``UID:GID`` of the job user
+(``--job-user``): it switches to them before its Hello."""
 MAX_FRAME = 256 * 1024 * 1024
 """Largest frame a child accepts: room for 64 MiB of arguments and saved steps."""
 MAX_REPLY = 8 * 1024 * 1024

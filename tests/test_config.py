@@ -209,6 +209,7 @@ def test_missing_explicit_file(tmp_path: Path, capsys: pytest.CaptureFixture[str
         ("log_level", "debug", "debug"),
         ("metrics_port", "9100", 9100),
         ("metrics_host", "0.0.0.0", "0.0.0.0"),
+        ("job_user", "nobody:nogroup", "nobody:nogroup"),
     ],
 )
 def test_every_key_has_an_environment_variable(key: str, text: str, value: Any) -> None:

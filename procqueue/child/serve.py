@@ -57,6 +57,24 @@ def _oversized(reply: protocol.Done | protocol.Failed) -> protocol.Done | protoc
     return reply
 
 
+def become_job_user(ids: str | None) -> None:
+    """Switches this process to `ids` (``UID:GID``; None: stays), groups
+    first, for good: no job code can take the supervisor's rights back.
+
+    Raises OSError when this process may not switch, ValueError for ids
+    that aren't ``UID:GID``."""
+    if ids is None:
+        return
+    uid_text, gid_text = ids.split(":")
+    uid, gid = int(uid_text), int(gid_text)
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getresuid() != (uid, uid, uid):  # a switch must never be half made
+        raise OSError(f"still uid {os.getresuid()}")
+    os.environ.pop(protocol.CHILD_IDS_ENV, None)  # not for what jobs start
+
+
 def _reap_leftovers() -> None:
     """Ends what the job left running and collects the zombies (this child is
     their subreaper)."""
@@ -83,7 +101,16 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
 
 def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
     """The child's life once `app` is loaded (`serve`, or forked from a fork
-    server's template): hello, then jobs until Shutdown or EOF."""
+    server's template): the job user's ids, hello, then jobs until Shutdown
+    or EOF. A child that can't become the job user says so in its Hello and
+    runs no job."""
+    try:
+        become_job_user(os.environ.get(protocol.CHILD_IDS_ENV))
+    except (OSError, ValueError) as exc:
+        words = f"cannot switch to the job user {os.environ.get(protocol.CHILD_IDS_ENV)}: {exc}"
+        hello = protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=words)
+        protocol.write_all(wfd, protocol.encode(hello))
+        return 1
     protocol.write_all(
         wfd, protocol.encode(protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION))
     )

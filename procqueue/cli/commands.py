@@ -88,6 +88,7 @@ SUPERVISE_FLAGS = (
     "log_level",
     "metrics_port",
     "metrics_host",
+    "job_user",
 )
 """Config keys `supervise` takes as flags of the same name (``limits`` is ``--queue``)."""
 

@@ -232,6 +232,11 @@ def _supervise_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--log-level", choices=LOG_LEVELS, help="(default info)")
     p.add_argument("--log-format", choices=("text", "json"), help="(default text)")
+    p.add_argument(
+        "--job-user",
+        metavar="USER[:GROUP]",
+        help="run children, so jobs, as this user (the supervisor runs as root)",
+    )
 
 
 # -- entry point -------------------------------------------------------------------

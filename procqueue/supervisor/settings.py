@@ -47,6 +47,9 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     """Where metrics listen; 0.0.0.0 for a scraper outside the machine (e.g. a pod)."""
     titles: bool = False
     """Set process titles (the CLI does; tests running in-process don't)."""
+    job_user: str | None = None
+    """Run every child, so every job, as this user (``USER`` or ``USER:GROUP``,
+    names or numeric ids); the supervisor must run as root."""
 
     def __post_init__(self) -> None:
         checks = [
@@ -70,6 +73,7 @@ class Settings(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
             ),
             (all(v >= 1 for v in self.limits.values()), "queue limits must be >= 1"),
             (self.retention_days >= 0, "retention-days must be >= 0 (0 keeps jobs forever)"),
+            (self.job_user is None or self.job_user.strip() != "", "job-user must name a user"),
         ]
         for ok, message in checks:
             if not ok:

@@ -26,6 +26,23 @@ def whoami() -> int:
 
 
 @app.job
+def ids() -> list[int]:
+    """The user and group the job runs as."""
+    return [os.getuid(), os.getgid()]
+
+
+@app.job(max_attempts=1)
+def signal_process(pid: int) -> str:
+    """Tries to stop process `pid`: what a hostile job would do to its supervisor."""
+    try:
+        os.kill(pid, signal.SIGSTOP)
+    except PermissionError:
+        return "refused"
+    os.kill(pid, signal.SIGCONT)
+    return "stopped it"
+
+
+@app.job
 def echo(value: object) -> object:
     return value
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from procqueue import errors, events, protocol
 from procqueue.clock import Clock
-from procqueue.supervisor.children import process
+from procqueue.supervisor.children import credentials, process
 from procqueue.supervisor.children.slots import Death
 from procqueue.supervisor.children.spawner import Spawner
 from procqueue.supervisor.settings import Settings
@@ -78,7 +78,9 @@ class Pool:
         self._startup_failures = 0
         self._respawn = True
         """Whether a child that exits is replaced (not while stopping)."""
-        self.spawner = Spawner(spec=spec, clock=clock, selector=selector)
+        self.spawner = Spawner(
+            spec=spec, clock=clock, selector=selector, env=credentials.child_env(settings.job_user)
+        )
 
     def start(self) -> None:
         self.spawner.start()

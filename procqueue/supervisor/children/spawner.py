@@ -24,15 +24,24 @@ class Spawner:
     """Starts children for one pool; the template's socket is registered in
     the supervisor's selector with data ``(0, "fork")``."""
 
-    def __init__(self, *, spec: str, clock: Clock, selector: selectors.BaseSelector) -> None:
+    def __init__(
+        self,
+        *,
+        spec: str,
+        clock: Clock,
+        selector: selectors.BaseSelector,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.spec = spec
+        self.env = env
+        """The children's environment (None: the supervisor's)."""
         self.clock = clock
         self.selector = selector
         self.forkserver: forkserver.ForkServer | None = None
         self._down_at: float | None = None
 
     def start(self) -> None:
-        self.forkserver = forkserver.ForkServer(self.spec)
+        self.forkserver = forkserver.ForkServer(self.spec, env=self.env)
         self.selector.register(self.forkserver.fileno(), selectors.EVENT_READ, (0, "fork"))
         self._down_at = None
 
@@ -65,4 +74,4 @@ class Spawner:
             except forkserver.ForkServerError as exc:
                 log.warning("%s; starting child %d clean", exc, index)
                 self.close()
-        return process.ChildProcess(spec=self.spec, index=index)
+        return process.ChildProcess(spec=self.spec, index=index, env=self.env)
