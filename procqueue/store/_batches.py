@@ -131,7 +131,12 @@ class BatchMethods:
         deleted = 0
         while True:
             params = {"id": id, "limit": DELETE_CHUNK}
-            n = self._db.statement("batch_delete_members", params).rowcount
+            with self._db.transaction() as tx:  # a member goes with its history and steps
+                ids = [row["id"] for row in tx.execute("batch_delete_members", params).fetchall()]
+                if ids:
+                    tx.execute("attempt_prune", {"ids": self._db.array(ids)})
+                    tx.execute("step_prune", {"ids": self._db.array(ids)})
+            n = len(ids)
             deleted += n
             if n < DELETE_CHUNK:
                 break

@@ -360,6 +360,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
             ids = [row["id"] for row in tx.execute("job_prune", params).fetchall()]
             if ids:
                 tx.execute("attempt_prune", {"ids": self._db.array(ids)})
+                tx.execute("step_prune", {"ids": self._db.array(ids)})
         return len(ids)
 
     def job_sweep_failures(

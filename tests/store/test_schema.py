@@ -9,6 +9,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from procqueue import errors
@@ -109,7 +110,7 @@ def test_migrations_make_the_same_schema_on_both_backends(
     lite = _migrated_shape(f"sqlite:///{tmp_path}/queue.db")
     assert set(lite["columns"]) == {
         *("jobs", "queues", "chores", "procqueue_schema"),
-        *("job_attempts", "supervisors", "batches"),
+        *("job_attempts", "supervisors", "batches", "job_steps"),
     }
     assert lite == pg
     assert ("jobs", "jobs_claim") in lite["indexes"]
@@ -184,3 +185,27 @@ def test_a_version_2_sqlite_file_is_upgraded_in_place(tmp_path: Path) -> None:
         s.close()
     fresh = _migrated_shape(f"sqlite:///{tmp_path}/fresh.db")
     assert shape == fresh
+
+
+def test_steps_saved_before_version_7_are_kept_by_the_upgrade(tmp_path: Path) -> None:
+    path = str(tmp_path / "v6.db")
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("CREATE TABLE procqueue_schema (version INTEGER PRIMARY KEY, applied_at REAL)")
+    for version, script in _queries.migrations("sqlite")[:6]:
+        db.executescript(script)
+        db.execute("INSERT INTO procqueue_schema VALUES (?, 0)", (version,))
+    db.execute(
+        """INSERT INTO jobs (name, queue, state, max_attempts, args, backoff, run_at,
+                             created_at, steps)
+           VALUES ('old', 'default', 'pending', 3, '{}', '{}', ?, ?, ?)""",
+        (BASE, BASE, '{"decode": [1, 2], "say \\"hi\\"": "done", "t": true, "n": null, "x": 1.5}'),
+    )
+    db.close()
+    s = SqliteStore(path)
+    try:
+        assert s.migrate(now=BASE) == SCHEMA_VERSION
+        (claimed,) = s.job_claim(owner="o", queues=None, count=1, lease_until=BASE + 30, now=BASE)
+        steps = {k: msgspec.json.decode(v) for k, v in claimed.steps.items()}
+        assert steps == {"decode": [1, 2], 'say "hi"': "done", "t": True, "n": None, "x": 1.5}
+    finally:
+        s.close()

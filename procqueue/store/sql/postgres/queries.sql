@@ -94,8 +94,10 @@ SET state = 'running', owner = %(owner)s,
     lease_until = %(lease_until)s::float8, claimed_at = %(now)s::float8, cancel_requested = false,
     started_at = CASE WHEN id = ANY(%(started)s::bigint[]) THEN %(now)s::float8 END
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
-RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at
+RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
+          deadline_at, serial_key, run_at,
+          (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
+           FROM job_steps s WHERE s.job_id = jobs.id) AS steps
 
 -- job_renew_leases --
 -- Extends every lease an owner holds, in one statement.
@@ -143,9 +145,15 @@ SET progress = coalesce(%(text)s::text, progress),
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
 
 -- job_save_step --
--- Saves one durable step's JSON result into the job's row (fenced).
-UPDATE jobs SET steps = steps || jsonb_build_object(%(name)s::text, %(value)s::jsonb)
-WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+-- Saves one durable step's JSON result as its own row (fenced: the job's row is locked and
+-- checked, so an attempt that lost its lease writes nothing).
+WITH fence AS (
+    SELECT id FROM jobs
+    WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
+    FOR SHARE)
+INSERT INTO job_steps (job_id, name, value)
+SELECT id, %(name)s::text, %(value)s::jsonb FROM fence
+ON CONFLICT (job_id, name) DO UPDATE SET value = excluded.value
 
 -- job_cancel_pending --
 -- A pending job is cancelled at once.
@@ -332,6 +340,10 @@ FROM job_attempts WHERE job_id = %(id)s ORDER BY seq
 -- attempt_prune --
 -- The history of pruned jobs.
 DELETE FROM job_attempts WHERE job_id = ANY(%(ids)s::bigint[])
+
+-- step_prune --
+-- The durable steps of deleted jobs.
+DELETE FROM job_steps WHERE job_id = ANY(%(ids)s::bigint[])
 
 -- supervisor_beat --
 -- A supervisor says it is alive, what it runs and how busy it is.
@@ -538,10 +550,12 @@ WHERE b.completed_at < %(before)s::float8
 ORDER BY b.id LIMIT %(limit)s
 
 -- batch_delete_members --
--- Deletes one bounded batch of a batch's finished members.
+-- Deletes one bounded batch of a batch's finished members; returns their ids (their attempts
+-- and steps go next).
 DELETE FROM jobs WHERE id IN (
     SELECT id FROM jobs WHERE batch_id = %(id)s AND state IN ('done', 'failed', 'cancelled')
     LIMIT %(limit)s)
+RETURNING id
 
 -- batch_delete --
 -- Deletes a completed batch whose members are all gone.

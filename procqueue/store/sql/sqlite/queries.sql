@@ -87,8 +87,13 @@ SET state = 'running', owner = :owner, lease_until = :lease_until,
     claimed_at = :now, cancel_requested = 0,
     started_at = CASE WHEN id IN (SELECT value FROM json_each(:started)) THEN :now END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
-RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at
+RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
+          deadline_at, serial_key, run_at,
+          (SELECT json_group_object(s.name, json(s.value))
+           FROM job_steps s
+           WHERE s.job_id = jobs.id
+             AND CASE WHEN typeof(s.name) = 'text' AND typeof(s.value) = 'text'
+                      THEN json_valid(s.value) ELSE 0 END) AS steps
 
 -- job_renew_leases --
 -- Extends every lease an owner holds, in one statement.
@@ -132,14 +137,12 @@ UPDATE jobs SET progress = coalesce(:text, progress), fraction = coalesce(:fract
 WHERE id = :id AND attempts = :attempt AND state = 'running'
 
 -- job_save_step --
--- Saves one durable step's JSON result into the job's row (fenced).
--- (Not json_set: a JSON path cannot name a key holding a double quote. The key is
--- removed with json_patch, then the pair is appended as text.)
-UPDATE jobs SET steps = (
-    SELECT CASE WHEN kept = '{}' THEN '{' ELSE substr(kept, 1, length(kept) - 1) || ',' END
-           || json_quote(:name) || ':' || json(:value) || '}'
-    FROM (SELECT json_patch(steps, json_object(:name, NULL)) AS kept))
+-- Saves one durable step's JSON result as its own row (fenced: nothing is written when the
+-- attempt is no longer the job's running one).
+INSERT INTO job_steps (job_id, name, value)
+SELECT id, :name, json(:value) FROM jobs
 WHERE id = :id AND attempts = :attempt AND state = 'running'
+ON CONFLICT (job_id, name) DO UPDATE SET value = excluded.value
 
 -- job_cancel_pending --
 -- A pending job is cancelled at once.
@@ -314,6 +317,10 @@ FROM job_attempts WHERE job_id = :id ORDER BY seq
 -- attempt_prune --
 -- The history of pruned jobs.
 DELETE FROM job_attempts WHERE job_id IN (SELECT value FROM json_each(:ids))
+
+-- step_prune --
+-- The durable steps of deleted jobs.
+DELETE FROM job_steps WHERE job_id IN (SELECT value FROM json_each(:ids))
 
 -- supervisor_beat --
 -- A supervisor says it is alive, what it runs and how busy it is.
@@ -513,10 +520,12 @@ WHERE b.completed_at < :before
 ORDER BY b.id LIMIT :limit
 
 -- batch_delete_members --
--- Deletes one bounded batch of a batch's finished members.
+-- Deletes one bounded batch of a batch's finished members; returns their ids (their attempts
+-- and steps go next).
 DELETE FROM jobs WHERE id IN (
     SELECT id FROM jobs WHERE batch_id = :id AND state IN ('done', 'failed', 'cancelled')
     LIMIT :limit)
+RETURNING id
 
 -- batch_delete --
 -- Deletes a completed batch whose members are all gone.
