@@ -15,6 +15,8 @@ ERROR_MAX_CHARS = 2000
 
 
 class JobState(enum.StrEnum):
+    BLOCKED = "blocked"
+    """Waiting for its dependencies (`NewJob.after`) to end; never claimed."""
     PENDING = "pending"
     RESERVED = "reserved"
     """Claimed by a supervisor and waiting in its memory for an idle child (in
@@ -137,6 +139,23 @@ class NewJob(msgspec.Struct, frozen=True):
     on_failure: str | None = None
     batch_id: int | None = None
     """The batch the job joins (an open batch; see `BatchInfo`)."""
+    after: list[int] = []
+    """Ids of the jobs it depends on (each must exist): it is blocked until
+    every one is terminal, then pending if all are done, else cancelled."""
+    allow_failure: bool = False
+    """Pending once its dependencies are terminal, whatever their states."""
+    max_snoozes: int = 100
+    """How many times it may snooze before a snooze fails it."""
+
+
+class Dependency(msgspec.Struct, frozen=True):
+    """One edge: job `job_id` waits for job `depends_on` (its name and
+    state; None once that job was pruned)."""
+
+    job_id: int
+    depends_on: int
+    name: str | None
+    state: str | None
 
 
 class ClaimedJob(msgspec.Struct, frozen=True):
@@ -239,6 +258,8 @@ class QueueInfo(msgspec.Struct, frozen=True):
     name: str
     limit: int | None
     paused: bool
+    blocked: int = 0
+    """Waiting for their dependencies."""
     pending: int = 0
     reserved: int = 0
     """Claimed ahead, waiting in a supervisor's memory for an idle child."""
@@ -291,6 +312,8 @@ class BatchInfo(msgspec.Struct, frozen=True):
     on_success: str | None
     undecodable: str | None = None
     """As `JobInfo.undecodable`, for the batch's own row."""
+    blocked: int = 0
+    """Members waiting for their dependencies."""
 
     @property
     def succeeded(self) -> bool:

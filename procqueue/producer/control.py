@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from procqueue.store import Store
 
 RETRYABLE = ("failed", "cancelled")
-CANCELLABLE = ("pending", "running")
+CANCELLABLE = ("blocked", "pending", "running")
 
 _WAIT_FIRST_PAUSE_S = 0.005
 _WAIT_MAX_PAUSE_S = 0.1

@@ -7,7 +7,7 @@ What differs between the backends sits behind `_dialect.Dialect`; what a
 job goes through (insert, claim, fencing, cancel, retry, the failure sweep,
 migrations, wake-ups) is decided here, so the two cannot drift apart. What
 ending or reopening a job entails is in `_rules`, the operators' side in
-`_sql_ops`, batches in `_batches`.
+`_sql_ops`, batches in `_batches`, dependencies in `_deps`.
 
 Methods are named noun_verb, take keyword arguments only, and receive the
 time as ``now`` from the caller's clock: no query asks the database what
@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _batches, _claim, _dialect, _queries, _rows, _rules, _sql_ops
+from procqueue.store import _batches, _claim, _deps, _dialect, _queries, _rows, _rules, _sql_ops
 
 log = logging.getLogger("procqueue.store")
 
@@ -38,7 +38,7 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
     return errors.InvalidState(f"job {id} is {row['state']}; {rule}")
 
 
-class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
+class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
     """A job database over one `Dialect`. Safe to share between threads when
     the dialect is (both are)."""
 
@@ -89,9 +89,8 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         for a supervisor (PostgreSQL LISTEN, SQLite datagram socket), or None
         when there is none now (ask again later; polling covers the gap).
 
-        Supervisors are woken after the commit of an enqueue, a retry, the
-        cancel of a running job (its supervisor should act at once) and the
-        resume of a queue.
+        Supervisors are woken after the commit of an enqueue, a retry, a
+        promotion, the cancel of a running job, the resume of a queue.
         """
         return self._db.wake_fileno()
 
@@ -314,7 +313,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         Raises JobNotFound, or InvalidState for a job in another state."""
         with self._db.transaction() as tx:
             if tx.execute("job_retry", {"id": id, "now": now}).rowcount:
-                self._rules.reopened(tx, [id])
+                self._rules.reopened(tx, [id], now)
                 return
             row = tx.execute("job_state", {"id": id}).fetchone()
         raise _refused(id, row, "only failed or cancelled jobs retry")
@@ -360,6 +359,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
             ids = [row["id"] for row in tx.execute("job_prune", params).fetchall()]
             if ids:
                 tx.execute("attempt_prune", {"ids": self._db.array(ids)})
+                tx.execute("dep_prune", {"ids": self._db.array(ids)})
         return len(ids)
 
     def job_sweep_failures(
