@@ -10,6 +10,9 @@ from typing import Any
 
 import msgspec
 
+PARENT_RESULTS_MAX = 64 * 1024 * 1024
+"""Largest total of a job's dependencies' results handed to it: past it,
+the job fails at its claim (the frame that carries them stays bounded)."""
 ERROR_MAX_CHARS = 2000
 """Error text stored for a job is capped, so a huge traceback cannot bloat rows."""
 
@@ -174,6 +177,11 @@ class ClaimedJob(msgspec.Struct, frozen=True):
     deadline_at: float | None
     serial_key: str | None
     run_at: float
+    snoozes: int = 0
+    """Times it snoozed so far (none counts against max_attempts)."""
+    max_snoozes: int = 100
+    parents: dict[int, bytes] = {}
+    """The JSON results of its done dependencies, by id (`Context.parent_results`)."""
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -201,6 +209,8 @@ class Outcome(msgspec.Struct, frozen=True):
     """Wall time its child started it."""
     exit_reason: str | None = None
     peak_memory: float | None = None
+    snooze: bool = False
+    """A snooze: pending again (with `refund`), one more against max_snoozes."""
 
 
 class SupervisorInfo(msgspec.Struct, frozen=True):

@@ -209,6 +209,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             "queue": args.queue,
             "priority": args.priority,
             "serial_key": args.serial_key,
+            "after": args.after,
+            "allow_failure": args.allow_failure,
         }.items()
         if v is not None
     }

@@ -27,10 +27,15 @@ is refused), so dependents always have higher ids and no cycle can exist.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 
+import msgspec
+
 from procqueue import errors, models
-from procqueue.store import _dialect
+from procqueue.store import _dialect, _rows
+
+log = logging.getLogger("procqueue.store")
 
 _TERMINAL = frozenset(s.value for s in models.TERMINAL_STATES)
 
@@ -155,18 +160,73 @@ class DepMethods:
         return found
 
     def job_parent_results(self, *, id: int) -> dict[int, bytes]:
-        """The results (JSON as stored) of the done dependencies of job `id`;
-        a result that is not text is left out (the caller says which)."""
-        rows = self._db.statement("dep_results", {"id": id}, idempotent=True).rows
-        results: dict[int, bytes] = {}
-        for r in rows:
-            value = r["result"]
-            if type(r["id"]) is not int:
-                continue
-            if value is None:
-                results[r["id"]] = b"null"
-            elif isinstance(value, str):
-                results[r["id"]] = value.encode()
-            elif isinstance(value, bytes):
-                results[r["id"]] = value
-        return results
+        """The results (JSON as stored) of the done dependencies of job `id`.
+
+        Raises:
+            _rows.Undecodable: one is not JSON text.
+        """
+        return parent_results(self._db, None, [id]).get(id, {})
+
+
+def parent_results(
+    db: _dialect.Dialect, tx: _dialect.Tx | None, ids: Sequence[int]
+) -> dict[int, dict[int, bytes]]:
+    """The results of the done dependencies of each of the jobs `ids`
+    (in `tx`, or a statement of its own when None).
+
+    Raises:
+        _rows.Undecodable: naming the first result that is not JSON text
+            (None stands for JSON null).
+    """
+    params = {"ids": db.array(list(ids))}
+    if tx is None:
+        rows = db.statement("dep_results_of", params, idempotent=True).rows
+    else:
+        rows = tx.execute("dep_results_of", params).fetchall()
+    found: dict[int, dict[int, bytes]] = {}
+    for r in rows:
+        value = r["result"]
+        if value is None:
+            value = b"null"
+        elif type(value) is str:
+            value = value.encode()
+        elif type(value) is not bytes or type(r["id"]) is not int:
+            raise _rows.Undecodable(f"the result of dependency {r['id']!r} is not JSON text")
+        found.setdefault(int(r["job_id"]), {})[r["id"]] = value
+    return found
+
+
+def with_parents(
+    db: _dialect.Dialect,
+    tx: _dialect.Tx,
+    claimed: list[models.ClaimedJob],
+    rows: Sequence[_rows.Row],
+    now: float,
+) -> list[models.ClaimedJob]:
+    """`claimed` (just taken from `rows`) with the results of their
+    dependencies; a job whose results do not decode or exceed
+    `models.PARENT_RESULTS_MAX` in total is failed in `tx` and left out
+    (the caller applies the ending rule to it)."""
+    wanted = {r["id"] for r in rows if r["has_deps"]}
+    if not any(job.id in wanted for job in claimed):
+        return claimed
+    ids = [job.id for job in claimed if job.id in wanted]
+    try:
+        found = parent_results(db, tx, ids)
+    except _rows.Undecodable as exc:
+        found, bad = {}, set(ids)
+        error = f"its dependencies' results cannot be read: {exc}"
+    else:
+        cap = models.PARENT_RESULTS_MAX
+        bad = {i for i, results in found.items() if sum(map(len, results.values())) > cap}
+        error = f"its dependencies' results exceed {cap} bytes in total"
+    kept = []
+    for job in claimed:
+        if job.id in bad:
+            log.error("job %s: %s", job.id, error)
+            tx.execute("job_fail_undecodable", {"id": job.id, "error": error, "now": now})
+        elif job.id in wanted:
+            kept.append(msgspec.structs.replace(job, parents=found.get(job.id, {})))
+        else:
+            kept.append(job)
+    return kept

@@ -102,6 +102,7 @@ def record_params(o: models.Outcome, now: float, owner: str = "") -> dict[str, A
         "error": None if o.error is None else models.cap_error(o.error),
         "run_at": o.run_at,
         "refund": o.refund,
+        "snooze": int(o.snooze),
         "progress": None if o.progress is None else o.progress.replace("\x00", "\\x00"),
         "fraction": o.fraction,
         "started_at": o.started_at,
@@ -252,6 +253,8 @@ def _claim_columns(json: _Json) -> tuple[tuple[str, str, Check], ...]:
         ("deadline_at", "deadline_at", _optional(_number)),
         ("serial_key", "serial_key", _optional(_text)),
         ("run_at", "run_at", _number),
+        ("snoozes", "snoozes", _int),
+        ("max_snoozes", "max_snoozes", _int),
     )
 
 

@@ -39,8 +39,7 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
 
 
 class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
-    """A job database over one `Dialect`. Safe to share between threads when
-    the dialect is (both are)."""
+    """A job database over one `Dialect`; thread-safe when the dialect is (both are)."""
 
     def __init__(self, dialect: _dialect.Dialect) -> None:
         self._db = dialect
@@ -143,9 +142,8 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
     ) -> list[models.ClaimedJob]:
         """Atomically moves up to `count` due pending jobs to running for `owner`.
 
-        Order: priority (higher first), then run_at, then id. Skips paused
-        queues, jobs past their deadline, queues at their limit and serial
-        keys already running, counting every owner's running jobs.
+        Order: priority (higher first), then run_at, then id. Skips paused queues,
+        jobs past their deadline, queues at their limit and serial keys running.
         """
         return self.job_record_and_claim(
             outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
@@ -187,7 +185,8 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
         the earlier claim must never land on the new one. Outcomes
         are written in id order, so that two transactions touching the same
         rows cannot deadlock. A taken job whose row does not decode is failed
-        in the same transaction and not returned. Both end jobs by the
+        in the same transaction and not returned (so is one whose
+        dependencies' results do not fit, `_deps`). Both end jobs by the
         record rule (`_rules`)."""
         if not outcomes and count <= 0:
             return _claim.Cycle(lost=[], claimed=[])
@@ -238,6 +237,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
                 },
             ).fetchall()
             claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
+            claimed = _deps.with_parents(self._db, tx, claimed, taken, now)
             if len(claimed) < len(taken):  # some failed undecodable: they ended
                 held = {job.id for job in claimed}
                 self._rules.ended(tx, [r["id"] for r in taken if r["id"] not in held], now)

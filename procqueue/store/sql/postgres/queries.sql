@@ -96,7 +96,8 @@ SET state = 'running', owner = %(owner)s,
     started_at = CASE WHEN id = ANY(%(started)s::bigint[]) THEN %(now)s::float8 END
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at
+          deadline_at, serial_key, run_at, snoozes, max_snoozes,
+          EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps
 
 -- job_renew_leases --
 -- Extends every lease an owner holds, in one statement.
@@ -125,7 +126,7 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
     finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested AND %(state)s::text = 'pending')
                        THEN %(now)s::float8 END,
-    attempts = attempts - %(refund)s::integer,
+    attempts = attempts - %(refund)s::integer, snoozes = snoozes + %(snooze)s::integer,
     progress = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
                     ELSE coalesce(%(progress)s::text, progress) END,
     fraction = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
@@ -686,8 +687,8 @@ FROM job_deps e LEFT JOIN jobs p ON p.id = e.depends_on
 WHERE e.job_id = ANY(%(ids)s::bigint[])
 ORDER BY e.job_id, e.depends_on
 
--- dep_results --
--- The results of the dependencies of one job (done ones only).
-SELECT p.id, p.result FROM job_deps e JOIN jobs p ON p.id = e.depends_on
-WHERE e.job_id = %(id)s::bigint AND p.state = 'done'
-ORDER BY p.id
+-- dep_results_of --
+-- The results of the done dependencies of the given jobs.
+SELECT e.job_id, p.id, p.result FROM job_deps e JOIN jobs p ON p.id = e.depends_on
+WHERE e.job_id = ANY(%(ids)s::bigint[]) AND p.state = 'done'
+ORDER BY e.job_id, p.id

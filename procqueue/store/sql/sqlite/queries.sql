@@ -89,7 +89,8 @@ SET state = 'running', owner = :owner, lease_until = :lease_until,
     started_at = CASE WHEN id IN (SELECT value FROM json_each(:started)) THEN :now END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, steps, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at
+          deadline_at, serial_key, run_at, snoozes, max_snoozes,
+          EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps
 
 -- job_renew_leases --
 -- Extends every lease an owner holds, in one statement.
@@ -117,7 +118,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
     started_at = coalesce(:started_at, started_at),
     finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested = 1 AND :state = 'pending') THEN :now END,
-    attempts = attempts - :refund,
+    attempts = attempts - :refund, snoozes = snoozes + :snooze,
     progress = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
                     ELSE coalesce(:progress, progress) END,
     fraction = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
@@ -660,8 +661,8 @@ FROM job_deps e LEFT JOIN jobs p ON p.id = e.depends_on
 WHERE e.job_id IN (SELECT value FROM json_each(:ids))
 ORDER BY e.job_id, e.depends_on
 
--- dep_results --
--- The results of the dependencies of one job (done ones only).
-SELECT p.id, p.result FROM job_deps e JOIN jobs p ON p.id = e.depends_on
-WHERE e.job_id = :id AND p.state = 'done'
-ORDER BY p.id
+-- dep_results_of --
+-- The results of the done dependencies of the given jobs.
+SELECT e.job_id, p.id, p.result FROM job_deps e JOIN jobs p ON p.id = e.depends_on
+WHERE e.job_id IN (SELECT value FROM json_each(:ids)) AND p.state = 'done'
+ORDER BY e.job_id, p.id
