@@ -186,13 +186,12 @@ def parent_results(
     found: dict[int, dict[int, bytes]] = {}
     for r in rows:
         value = r["result"]
-        if value is None:
-            value = b"null"
-        elif type(value) is str:
-            value = value.encode()
-        elif type(value) is not bytes or type(r["id"]) is not int:
+        if value is not None and type(value) is not db.json_type or type(r["id"]) is not int:
             raise _rows.Undecodable(f"the result of dependency {r['id']!r} is not JSON text")
-        found.setdefault(int(r["job_id"]), {})[r["id"]] = value
+        raw = (
+            b"null" if value is None else value.encode() if isinstance(value, str) else bytes(value)
+        )
+        found.setdefault(int(r["job_id"]), {})[r["id"]] = raw
     return found
 
 

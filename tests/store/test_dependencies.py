@@ -263,3 +263,24 @@ def test_promoting_10000_dependents_is_one_transaction_of_their_size(store: Stor
     counts = {q.name: q for q in store.queue_list(now=BASE)}
     assert (counts["late"].pending, counts["late"].blocked) == (10_000, 0)
     assert elapsed < 5.0, elapsed
+
+
+def test_a_claim_hands_over_the_parents_results_and_fails_a_job_over_the_cap(
+    store: Store, raw: RawDb, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    a = insert_one(store, queue="a")
+    claimed = claim_exactly(store, a)
+    assert record(store, claimed, JobState.DONE, result=b'"0123456789"') == []
+    small, big = dependent(store, a), insert_one(store, queue="big", after=[a])
+    assert claim_exactly(store, small).parents == {a: b'"0123456789"'}
+    monkeypatch.setattr(models, "PARENT_RESULTS_MAX", 5)
+    assert claim(store, queues=["big"]) == []
+    info = get(store, big)
+    assert info.state == JobState.FAILED
+    assert info.error == "its dependencies' results exceed 5 bytes in total"
+    if raw.backend == "sqlite":  # only SQLite lets a JSON column hold bytes
+        bad = insert_one(store, queue="bad", after=[a])
+        raw.execute("UPDATE jobs SET result = x'07' WHERE id = ?", (a,))
+        assert claim(store, queues=["bad"]) == []
+        error = get(store, bad).error
+        assert error is not None and error.startswith("its dependencies' results cannot be read")
