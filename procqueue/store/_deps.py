@@ -186,11 +186,10 @@ def parent_results(
     found: dict[int, dict[int, bytes]] = {}
     for r in rows:
         value = r["result"]
-        if value is not None and type(value) is not db.json_type or type(r["id"]) is not int:
+        if (value is not None and type(value) is not db.json_type) or type(r["id"]) is not int:
             raise _rows.Undecodable(f"the result of dependency {r['id']!r} is not JSON text")
-        raw = (
-            b"null" if value is None else value.encode() if isinstance(value, str) else bytes(value)
-        )
+        text = "null" if value is None else value
+        raw = text.encode() if isinstance(text, str) else bytes(text)
         found.setdefault(int(r["job_id"]), {})[r["id"]] = raw
     return found
 
