@@ -56,6 +56,11 @@ class Control:
             return info
         return self._orphans([info])[0]
 
+    def dependencies(self, ids: list[int]) -> list[models.Dependency]:
+        """The dependencies of the jobs `ids` (what each was enqueued `after`),
+        by job then dependency, with each dependency's name and state."""
+        return self.store.job_dependencies(ids=[i for i in ids if models.is_id(i)])
+
     def wait(self, id: int, timeout: float | None = None) -> models.JobInfo:
         """Blocks until the job is done, failed or cancelled and returns it;
         TimeoutError after `timeout` seconds of the clock's monotonic time."""
