@@ -32,7 +32,7 @@ class Graph(msgspec.Struct, frozen=True):
     edges: list[tuple[int, int]]
     """(dependency, dependent) between members of the batch."""
     partial: bool = False
-    """The batch has more than `NODES_MAX` members: only the first are drawn."""
+    """The batch has more members than were read: only the first are drawn."""
 
     @property
     def is_workflow(self) -> bool:
@@ -68,13 +68,19 @@ def layout(
     return Graph(batch_id=batch_id, layers=layers, edges=edges, partial=partial)
 
 
-def read(control: Control, batch_id: int, members: Iterable[models.JobInfo]) -> Graph:
-    """The graph of batch `batch_id` from its `members` (up to `NODES_MAX`
-    of them are read), with their dependencies read in pages."""
+def read(
+    control: Control,
+    batch_id: int,
+    members: Iterable[models.JobInfo],
+    *,
+    limit: int = NODES_MAX,
+) -> Graph:
+    """The graph of batch `batch_id` from its `members` (up to `limit` of
+    them are read), with their dependencies read in pages."""
     found: list[models.JobInfo] = []
     partial = False
     for job in members:
-        if len(found) >= NODES_MAX:
+        if len(found) >= limit:
             partial = True
             break
         found.append(job)
