@@ -17,7 +17,8 @@ A class's docstring is its default message. The tree::
     ├── ProtocolError        a malformed, truncated or oversized pipe frame
     └── JobFailure           raised by job code to steer what happens next
         ├── Retry            retry after an optional delay
-        └── Permanent        fail now, never retry
+        ├── Permanent        fail now, never retry
+        └── Snooze           pending again in N seconds, no attempt spent
 
 Outside that tree, so that ``except Exception`` in job code lets it through::
 
@@ -120,6 +121,20 @@ class Retry(JobFailure):
 
 class Permanent(JobFailure):
     """Fail the job now without retrying."""
+
+
+class Snooze(JobFailure):
+    """Put the job back to pending for `seconds`, spending no attempt (it
+    is recorded in the job's history as snoozed). Past the job's
+    `max_snoozes` (default 100) snoozes, a snooze fails it."""
+
+    def __init__(self, seconds: float, message: str = "") -> None:
+        super().__init__(message)
+        if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+            raise TypeError("Snooze takes a number of seconds")
+        if not 0 <= seconds <= 10 * 365 * 86400.0:
+            raise ValueError("Snooze seconds must be from 0 to ten years")
+        self.seconds = float(seconds)
 
 
 class Stopped(BaseException):

@@ -10,11 +10,16 @@ from typing import Any
 
 import msgspec
 
+PARENT_RESULTS_MAX = 64 * 1024 * 1024
+"""Largest total of a job's dependencies' results handed to it: past it,
+the job fails at its claim (the frame that carries them stays bounded)."""
 ERROR_MAX_CHARS = 2000
 """Error text stored for a job is capped, so a huge traceback cannot bloat rows."""
 
 
 class JobState(enum.StrEnum):
+    BLOCKED = "blocked"
+    """Waiting for its dependencies (`NewJob.after`) to end; never claimed."""
     PENDING = "pending"
     RESERVED = "reserved"
     """Claimed by a supervisor and waiting in its memory for an idle child (in
@@ -138,6 +143,23 @@ class NewJob(msgspec.Struct, frozen=True):
     on_failure: str | None = None
     batch_id: int | None = None
     """The batch the job joins (an open batch; see `BatchInfo`)."""
+    after: list[int] = []
+    """Ids of the jobs it depends on (each must exist): it is blocked until
+    every one is terminal, then pending if all are done, else cancelled."""
+    allow_failure: bool = False
+    """Pending once its dependencies are terminal, whatever their states."""
+    max_snoozes: int = 100
+    """How many times it may snooze before a snooze fails it."""
+
+
+class Dependency(msgspec.Struct, frozen=True):
+    """One edge: job `job_id` waits for job `depends_on` (its name and
+    state; None once that job was pruned)."""
+
+    job_id: int
+    depends_on: int
+    name: str | None
+    state: str | None
 
 
 class ClaimedJob(msgspec.Struct, frozen=True):
@@ -156,6 +178,11 @@ class ClaimedJob(msgspec.Struct, frozen=True):
     deadline_at: float | None
     serial_key: str | None
     run_at: float
+    snoozes: int = 0
+    """Times it snoozed so far (none counts against max_attempts)."""
+    max_snoozes: int = 100
+    parents: dict[int, bytes] = {}
+    """The JSON results of its done dependencies, by id (`Context.parent_results`)."""
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -183,6 +210,8 @@ class Outcome(msgspec.Struct, frozen=True):
     """Wall time its child started it."""
     exit_reason: str | None = None
     peak_memory: float | None = None
+    snooze: bool = False
+    """A snooze: pending again (with `refund`), one more against max_snoozes."""
 
 
 class SupervisorInfo(msgspec.Struct, frozen=True):
@@ -253,6 +282,8 @@ class QueueInfo(msgspec.Struct, frozen=True):
     name: str
     limit: int | None
     paused: bool
+    blocked: int = 0
+    """Waiting for their dependencies."""
     pending: int = 0
     reserved: int = 0
     """Claimed ahead, waiting in a supervisor's memory for an idle child."""
@@ -305,6 +336,8 @@ class BatchInfo(msgspec.Struct, frozen=True):
     on_success: str | None
     undecodable: str | None = None
     """As `JobInfo.undecodable`, for the batch's own row."""
+    blocked: int = 0
+    """Members waiting for their dependencies."""
 
     @property
     def succeeded(self) -> bool:

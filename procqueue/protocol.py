@@ -44,7 +44,8 @@ class Message(msgspec.Struct, tag=True):
 class Run(Message):
     """Run one attempt; `args` and each of `steps` are JSON bytes. `lease`:
     seconds left on the job's lease (0: unfenced); the child ends the job
-    itself shortly before it runs out."""
+    itself shortly before it runs out. `parents`: the JSON results of the
+    job's done dependencies, by id (bounded by the store)."""
 
     job_id: int
     attempt: int
@@ -52,6 +53,7 @@ class Run(Message):
     args: bytes
     steps: dict[str, bytes]
     lease: float = 0.0
+    parents: dict[int, bytes] = {}
 
 
 class Lease(Message):
@@ -116,6 +118,16 @@ class Step(Message):
     value: bytes
 
 
+class StepClock(Message):
+    """Step `name` started with a `timeout` (seconds): past it, the
+    supervisor ends the job's process tree. None: the step ended without a
+    result (it raised); a Step frame also ends it."""
+
+    job_id: int
+    name: str
+    timeout: float | None
+
+
 class Done(Message):
     """The job returned `result` (JSON). `progress`/`fraction`: its last
     progress, when it was not sent in a Progress frame (coalesced)."""
@@ -128,7 +140,8 @@ class Done(Message):
 
 class Failed(Message):
     """The attempt failed. `kind`: "retry" (Retry raised), "permanent", "error",
-    or "revoked" (taken back before it started)."""
+    "snooze" (Snooze raised: pending again in `delay` seconds, no attempt
+    spent), or "revoked" (taken back before it started)."""
 
     job_id: int
     kind: str
@@ -139,7 +152,7 @@ class Failed(Message):
 
 
 ToChild = Run | Lease | Stop | Revoke | StepSaved | Shutdown
-ToSupervisor = Hello | Progress | Step | Done | Failed
+ToSupervisor = Hello | Progress | Step | StepClock | Done | Failed
 
 _encoder = msgspec.msgpack.Encoder()
 _to_child = msgspec.msgpack.Decoder(ToChild)

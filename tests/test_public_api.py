@@ -37,6 +37,7 @@ EXPORTED = [
     "QueueNotFound",
     "Retry",
     "SchemaTooNew",
+    "Snooze",
     "Stopped",
     "StoreError",
     "StoreRejected",

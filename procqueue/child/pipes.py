@@ -232,11 +232,19 @@ class Inbox:
 class PipeChannel:
     """A Context's channel over the protocol pipe."""
 
-    def __init__(self, inbox: Inbox, wfd: int, job_id: int, steps: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        inbox: Inbox,
+        wfd: int,
+        job_id: int,
+        steps: dict[str, bytes],
+        parents: dict[int, bytes] | None = None,
+    ) -> None:
         self._inbox = inbox
         self._wfd = wfd
         self._job_id = job_id
         self._steps = steps
+        self._parents = parents or {}
         self._sent_at = -PROGRESS_EVERY_S
         self.last: tuple[str | None, float | None] | None = None
         self._unsent = False
@@ -299,6 +307,12 @@ class PipeChannel:
 
     def cancelled(self) -> bool:
         return self.cancel_requested
+
+    def parent_results(self) -> dict[int, bytes]:
+        return self._parents
+
+    def step_clock(self, name: str, timeout: float | None) -> None:
+        self.send(protocol.StepClock(job_id=self._job_id, name=name, timeout=timeout))
 
     def outcome(self, reply: protocol.Done | protocol.Failed) -> protocol.Done | protocol.Failed:
         """`reply` with the job's last progress, when some was not sent yet."""

@@ -145,7 +145,9 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
             skipped = protocol.Failed(job_id=message.job_id, kind="revoked", error="revoked")
             protocol.write_all(wfd, protocol.encode(skipped))
             continue
-        channel = PipeChannel(inbox, wfd, message.job_id, dict(message.steps))
+        channel = PipeChannel(
+            inbox, wfd, message.job_id, dict(message.steps), dict(message.parents)
+        )
         channel.flusher = flusher
         channel.cancel_requested = inbox.stop_asked(message.job_id)
         guard = Guard()

@@ -13,6 +13,7 @@ import msgspec
 
 from procqueue import models
 from procqueue.cli import commands, render
+from procqueue.producer import workflow
 from procqueue.producer.app import App
 
 BAR_WIDTH = 24
@@ -80,7 +81,8 @@ def batch_detail(info: models.BatchInfo, now: float, failures: list[models.JobIn
     lines = [
         f"batch {info.id} {render.printable(repr(info.name))}: {info.state.value}",
         f"  {bar(info.fraction)}  {ended(info)}/{info.total} ended",
-        f"  pending {info.pending}  running {info.running}  done {info.done}  "
+        f"  blocked {info.blocked}  pending {info.pending}  running {info.running}  "
+        f"done {info.done}  "
         f"failed {info.failed}  cancelled {info.cancelled}",
         f"  rate {'-' if per_second is None else f'{per_second:.1f}/s'}  "
         f"eta {render.age(eta(info, now))}",
@@ -102,6 +104,67 @@ def batch_detail(info: models.BatchInfo, now: float, failures: list[models.JobIn
             name, error = render.printable(job.name), render.first_line(job.error, 160)
             lines.append(f"  {job.id}  {name}  attempts {job.attempts}  {render.printable(error)}")
     return "\n".join(lines)
+
+
+GRAPH_PER_LAYER = 12
+"""Nodes drawn per layer by ``batch show --graph``; the rest are counted by state."""
+_MARK = {
+    "blocked": "..",
+    "pending": "  ",
+    "running": ">>",
+    "reserved": ">>",
+    "done": "ok",
+    "failed": "XX",
+    "cancelled": "--",
+}
+
+
+def _node(node: workflow.Node, width: int) -> str:
+    mark = _MARK.get(node.state, "??")
+    label = render.printable(f"#{node.id} {node.name}")
+    text = f"[{mark}] {label:<{width}} {node.state:<9}"
+    if node.after:
+        shown = " ".join(f"#{p}" for p in node.after[:6])
+        more = f" +{len(node.after) - 6}" if len(node.after) > 6 else ""
+        text += f" <- {shown}{more}"
+    return text.rstrip()
+
+
+def graph_text(info: models.BatchInfo, graph: workflow.Graph) -> str:
+    """``batch show --graph``: the members layer by layer, top (no
+    dependency in the batch) to bottom, each with its id, name, state and
+    what it waits for (``<- #id``); wide layers are cut to
+    `GRAPH_PER_LAYER` nodes and the rest counted by state."""
+    total = sum(len(layer) for layer in graph.layers)
+    lines = [
+        f"batch {info.id} {render.printable(repr(info.name))}: {info.state.value}, "
+        f"{total} members in {len(graph.layers)} layer{'' if len(graph.layers) == 1 else 's'}"
+        + ("" if graph.is_workflow else " (no member depends on another)")
+    ]
+    width = min(48, max((len(f"#{n.id} {n.name}") for ly in graph.layers for n in ly), default=8))
+    for depth, layer in enumerate(graph.layers, 1):
+        if depth > 1:
+            lines.append("  |")
+        lines.append(f"layer {depth}: {len(layer)} member{'' if len(layer) == 1 else 's'}")
+        for node in layer[:GRAPH_PER_LAYER]:
+            lines.append("  " + _node(node, width))
+        rest = layer[GRAPH_PER_LAYER:]
+        if rest:
+            counts: dict[str, int] = {}
+            for node in rest:
+                counts[node.state] = counts.get(node.state, 0) + 1
+            summary = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+            lines.append(f"  ... {len(rest)} more: {summary}")
+    if graph.partial:
+        lines.append(f"(only the first {workflow.NODES_MAX} members are drawn)")
+    lines.append("[ok] done  [XX] failed  [--] cancelled  [>>] running  [..] blocked  [  ] pending")
+    return "\n".join(lines)
+
+
+def graph_document(graph: workflow.Graph) -> dict[str, Any]:
+    """``batch show --graph --json``."""
+    nodes = [msgspec.to_builtins(n) for layer in graph.layers for n in layer]
+    return {"batch": graph.batch_id, "nodes": nodes, "edges": graph.edges, "partial": graph.partial}
 
 
 def cmd_batches(args: argparse.Namespace, app: App) -> int:
@@ -128,6 +191,13 @@ def shows_only(args: argparse.Namespace) -> bool:
 
 def _show(args: argparse.Namespace, app: App) -> int:
     info = app.batch_info(args.id)
+    if args.graph:
+        graph = workflow.read(app, info.id, app.batch_results(info.id, page=1000))
+        if args.json:
+            print(msgspec.json.encode(graph_document(graph)).decode())
+        else:
+            print(graph_text(info, graph))
+        return 0
     failures = list(_first(app, info.id, args.failures))
     now = app.clock.now()
     if args.json:
@@ -198,6 +268,9 @@ def add_parsers(
     a.add_argument("--json", action="store_true")
     a.add_argument(
         "--failures", type=int, default=FAILURES_SHOWN, metavar="N", help="failed members listed"
+    )
+    a.add_argument(
+        "--graph", action="store_true", help="its members by dependency layer, with their states"
     )
     action("cancel", "cancel its members (running ones are killed)", _cancel).add_argument(
         "id", type=int, metavar="ID"

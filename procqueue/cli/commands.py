@@ -210,6 +210,8 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
             "queue": args.queue,
             "priority": args.priority,
             "serial_key": args.serial_key,
+            "after": args.after,
+            "allow_failure": args.allow_failure,
         }.items()
         if v is not None
     }
@@ -250,6 +252,10 @@ def cmd_jobs(args: argparse.Namespace, app: App) -> int:
 def cmd_show(args: argparse.Namespace, app: App) -> int:
     info = app.get(args.id)
     print(render.job_json(info) if args.json else render.job_detail(info))
+    deps = [] if args.json else app.dependencies([info.id])
+    if deps:
+        shown = ", ".join(f"#{d.depends_on} ({d.state or 'pruned'})" for d in deps)
+        print(f"{'after:':<14}{render.printable(shown)}")
     return 0
 
 

@@ -116,6 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", metavar="Q")
     p.add_argument("--priority", type=int, metavar="P", help="higher runs first")
     p.add_argument("--serial-key", metavar="K", help="one job with this key runs at a time")
+    p.add_argument(
+        "--after",
+        type=render.id_list,
+        metavar="ID,ID",
+        help="blocked until these jobs end; cancelled if one fails, unless --allow-failure",
+    )
+    p.add_argument(
+        "--allow-failure",
+        action="store_true",
+        default=None,
+        help="with --after: run once they ended, whatever their states",
+    )
     p.add_argument("--app", metavar="MODULE[:APP]", help="where NAME is registered")
 
     p = command("jobs", "list jobs, newest first", cmd_jobs)
@@ -131,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_filters(
         command("cancel", "cancel a job, or every job matching filters", cmd_cancel),
-        ("pending", "running"),
+        ("blocked", "pending", "running"),
     )
     add_filters(
         command("retry", "run a failed or cancelled job again (or all matching)", cmd_retry),

@@ -22,6 +22,7 @@ JOB_FIELDS = tuple(models.JobInfo.__struct_fields__)
 """The fields of a job record (DESIGN.md section 5), in order."""
 
 STATS_FIELDS = (
+    "blocked",
     "pending",
     "reserved",
     "running",
@@ -331,6 +332,17 @@ def non_negative(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
     return value
+
+
+def id_list(text: str) -> list[int]:
+    """``12,13`` as job ids."""
+    try:
+        ids = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of job ids: {text!r}") from None
+    if not ids or any(i < 1 for i in ids):
+        raise argparse.ArgumentTypeError(f"not a list of job ids: {text!r}")
+    return ids
 
 
 def positive_int(text: str) -> int:

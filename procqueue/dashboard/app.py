@@ -110,7 +110,8 @@ class Dashboard:
 
     def _bulk(self, state: str | None, query: dict[str, str]) -> views.View:
         """The page's "retry/cancel all matching" action: how many, and where to post."""
-        verb = {"failed": "retry", "cancelled": "retry", "pending": "cancel", "running": "cancel"}
+        verb = {"failed": "retry", "cancelled": "retry", "blocked": "cancel", "pending": "cancel"}
+        verb["running"] = "cancel"
         if state not in verb:
             return {"bulk_n": "", "bulk_url": ""}
         queue, name = query.get("queue") or None, query.get("name") or None

@@ -2,7 +2,9 @@
 
 - ``/batches``            batches, newest first, each with a progress bar
 - ``/batches/{id}``       one batch: live progress bar, counts, rate, ETA,
-                          handlers, meta, its failed members with their errors
+                          handlers, meta, its failed members with their errors,
+                          and, for a workflow, its dependency graph (SVG; a
+                          click on a member opens it)
 
 JSON: ``GET /api/batches``, ``GET /api/batches/{id}``. Actions (POST, CSRF
 token required): ``/api/batches/{id}/cancel``, ``/api/batches/{id}/retry``.
@@ -20,7 +22,8 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from procqueue import errors, models
-from procqueue.dashboard import views
+from procqueue.dashboard import graph, views
+from procqueue.producer import workflow
 
 if TYPE_CHECKING:
     from procqueue.producer.app import App
@@ -61,7 +64,8 @@ def batch_view(info: models.BatchInfo, now: dt.datetime) -> views.View:
         "url": f"/batches/{info.id}",
         "name": info.name,
         "state": info.state.value,
-        **{s: getattr(info, s) for s in ("total", "pending", "running", "done", "failed")},
+        **{s: getattr(info, s) for s in ("total", "blocked", "pending", "running", "done")},
+        "failed": info.failed,
         "cancelled": info.cancelled,
         "pct": f"{pct:.1f}",
         "indeterminate": "",
@@ -111,11 +115,16 @@ class BatchPages:
             failures.append(views.job_view(job, now))
             if len(failures) >= FAILURES_SHOWN:
                 break
+        members = self.app.batch_results(batch_id, page=graph.READ_MAX)
+        flow = workflow.read(self.app, batch_id, members, limit=graph.READ_MAX)
         return {
             **views.totals(self.app.stats().values()),
             **batch_view(info, now),
             "failures": failures,
             "no_failures": "" if failures else "1",
+            "is_workflow": "1" if flow.is_workflow else "",
+            "graph": graph.drawing(flow) if flow.is_workflow else None,
+            **(graph.states(flow) if flow.is_workflow else {}),
         }
 
     def list_page(self, request: Request) -> Response:

@@ -160,7 +160,7 @@ def job_view(info: JobInfo, now: dt.datetime, *, full: bool = False) -> View:
         "deadline_iso": iso(info.deadline_at),
         "owner": owner(info.owner) if running else "",
         "orphaned": "1" if info.orphaned else "",
-        "can_cancel": "1" if state in (JobState.PENDING, *HELD_STATES) else "",
+        "can_cancel": "1" if state in (JobState.BLOCKED, JobState.PENDING, *HELD_STATES) else "",
         "can_retry": "1" if state in (JobState.FAILED, JobState.CANCELLED) else "",
         "cancel_url": f"/api/jobs/{info.id}/cancel",
         "retry_url": f"/api/jobs/{info.id}/retry",

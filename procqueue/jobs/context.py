@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 import msgspec
+
+from procqueue.models import MAX_SECONDS
 
 T = TypeVar("T")
 
@@ -25,6 +28,14 @@ class Channel(Protocol):
 
     def cancelled(self) -> bool: ...
 
+    def parent_results(self) -> dict[int, bytes]:
+        """The JSON results of the job's done dependencies, by id."""
+        ...
+
+    def step_clock(self, name: str, timeout: float | None) -> None:
+        """Step `name` started with `timeout` seconds (None: it ended without a result)."""
+        ...
+
 
 class Context:
     """The run of one attempt of one job.
@@ -38,6 +49,28 @@ class Context:
         self.id = id
         self.attempt = attempt
         self._channel = channel
+        self._parents: dict[int, Any] | None = None
+
+    @property
+    def parent_results(self) -> dict[int, Any]:
+        """The results of the jobs this one was enqueued `after`, by id, as
+        decoded from JSON: every one that is done (with ``allow_failure``,
+        a failed or cancelled dependency has none). Empty for a job with no
+        dependencies.
+
+        Raises:
+            ValueError: a stored result is not JSON (the attempt fails).
+        """
+        if self._parents is None:
+            try:
+                decoded = {
+                    id_: msgspec.json.decode(raw)
+                    for id_, raw in self._channel.parent_results().items()
+                }
+            except msgspec.DecodeError as exc:
+                raise ValueError(f"a dependency's stored result is not JSON: {exc}") from None
+            self._parents = decoded
+        return dict(self._parents)
 
     @property
     def cancelled(self) -> bool:
@@ -51,20 +84,42 @@ class Context:
             raise ValueError("fraction must be between 0 and 1")
         self._channel.progress(text, fraction)
 
-    def step(self, name: str, fn: Callable[..., T], *args: Any) -> T:
+    def step(self, name: str, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
         """Runs `fn(*args)` once across attempts: its result is saved in the
         job's row as soon as it returns, and a later attempt gets the saved
         result back without running `fn` again.
+
+        With `timeout` (seconds), a step still running past it ends the job's
+        process tree, whatever the step does (the supervisor kills it, as for
+        the job's own timeout): the attempt fails with "step 'NAME' timed out
+        after S s" and is retried per the job's policy, resuming after the
+        last step saved. One step's timeout is armed at a time: a step with
+        a timeout inside another replaces the outer one's.
 
         The result must be JSON-encodable; it is returned as decoded from
         JSON on a retry, so return plain values (or convert them back).
         """
         if not name or '"' in name or len(name) > 200:
             raise ValueError("a step name is 1-200 characters without '\"'")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not math.isfinite(timeout)
+            or not 0 < timeout <= MAX_SECONDS
+        ):
+            raise ValueError(f"a step's timeout is a number of seconds > 0, got {timeout!r}")
         saved = self._channel.step_saved(name)
         if saved is not None:
             value: T = msgspec.json.decode(saved)
             return value
-        result = fn(*args)
+        if timeout is None:
+            result = fn(*args)
+        else:
+            self._channel.step_clock(name, float(timeout))
+            try:
+                result = fn(*args)
+            except BaseException:
+                self._channel.step_clock(name, None)
+                raise
         self._channel.step_done(name, msgspec.json.encode(result))
         return result

@@ -27,9 +27,20 @@ _REGISTER_OPTIONS = frozenset(
         "tags",
         "max_memory",
         "on_failure",
+        "max_snoozes",
     }
 )
-_CALL_OPTIONS = _REGISTER_OPTIONS | {"delay", "run_at", "key", "serial_key"}
+_CALL_OPTIONS = _REGISTER_OPTIONS | {
+    "delay",
+    "run_at",
+    "key",
+    "serial_key",
+    "after",
+    "allow_failure",
+}
+
+MAX_AFTER = 10_000
+"""Most dependencies one job may name."""
 
 
 class JobOptions(msgspec.Struct, frozen=True):
@@ -47,6 +58,8 @@ class JobOptions(msgspec.Struct, frozen=True):
     """MB of RSS; the child is killed past it."""
     on_failure: str | None = None
     """Name of the job run once, with this job's JobInfo, after it gives up."""
+    max_snoozes: int = 100
+    """How many times it may `Snooze`; one more fails it."""
 
 
 class ParsedOptions(msgspec.Struct, frozen=True):
@@ -55,6 +68,8 @@ class ParsedOptions(msgspec.Struct, frozen=True):
     deadline_at: float | None = None
     key: str | None = None
     serial_key: str | None = None
+    after: tuple[int, ...] = ()
+    allow_failure: bool = False
 
 
 _MAX = f"{models.MAX_SECONDS:.0f}"
@@ -119,6 +134,7 @@ def parse_options(
             options.max_memory is None or 1 <= options.max_memory <= high,
             f"max_memory must be from 1 to {high} MB",
         ),
+        (0 <= options.max_snoozes <= high, f"max_snoozes must be from 0 to {high}"),
         (_seconds_ok(options.deadline), f"deadline must be > 0 and <= {_MAX} seconds"),
         (
             not any("\x00" in s for s in (options.queue, *options.tags)),
@@ -147,12 +163,33 @@ def parse_options(
         if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
             raise _fail(f"{name} must be a non-empty string without NUL", registering)
     return ParsedOptions(
+        after=_after(given.get("after"), registering),
+        allow_failure=_flag(given.get("allow_failure", False), "allow_failure", registering),
         options=options,
         run_at=run_at,
         deadline_at=deadline_at,
         key=given.get("key"),
         serial_key=given.get("serial_key"),
     )
+
+
+def _after(value: Any, registering: bool) -> tuple[int, ...]:
+    """The `after` option: job ids (each a positive int), without repeats."""
+    if value is None:
+        return ()
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = [value]
+    if not isinstance(value, list | tuple) or not all(models.is_id(v) for v in value):
+        raise _fail(f"after must be a list of job ids, got {value!r}", registering)
+    if len(value) > MAX_AFTER:
+        raise _fail(f"after names {len(value)} jobs; the limit is {MAX_AFTER}", registering)
+    return tuple(sorted(set(value)))
+
+
+def _flag(value: Any, name: str, registering: bool) -> bool:
+    if not isinstance(value, bool):
+        raise _fail(f"{name} must be True or False, got {value!r}", registering)
+    return value
 
 
 def bind_args(

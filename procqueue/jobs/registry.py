@@ -310,6 +310,9 @@ class Registry(Mapping[str, Job[Any, Any]]):
             serial_key=parsed.serial_key,
             tags=list(o.tags),
             on_failure=o.on_failure,
+            after=list(parsed.after),
+            allow_failure=parsed.allow_failure,
+            max_snoozes=o.max_snoozes,
         )
 
     def failure_handler_job(

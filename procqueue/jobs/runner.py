@@ -128,6 +128,9 @@ def execute(
             guard=guard,
             loop=loop,
         )
+    except errors.Snooze as exc:
+        words = f"Snooze: {exc}" if str(exc) else f"Snooze({exc.seconds:g})"
+        return protocol.Failed(job_id=job_id, kind="snooze", error=words, delay=exc.seconds)
     except errors.Retry as exc:  # deliberate: the message says it all
         return protocol.Failed(job_id=job_id, kind="retry", error=f"Retry: {exc}", delay=exc.delay)
     except errors.Permanent as exc:
@@ -165,6 +168,13 @@ class InlineChannel:
 
     def cancelled(self) -> bool:
         return False
+
+    def parent_results(self) -> dict[int, bytes]:
+        """Inline, a job has no dependencies."""
+        return {}
+
+    def step_clock(self, name: str, timeout: float | None) -> None:
+        """Inline, a step's timeout is not enforced (nothing can kill it)."""
 
 
 def run_inline(job: Job[Any, Any], encoded: bytes) -> Any:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from procqueue.store import Store
 
 RETRYABLE = ("failed", "cancelled")
-CANCELLABLE = ("pending", "running")
+CANCELLABLE = ("blocked", "pending", "running")
 
 _WAIT_FIRST_PAUSE_S = 0.005
 _WAIT_MAX_PAUSE_S = 0.1
@@ -55,6 +55,11 @@ class Control:
         if info.state not in models.HELD_STATES:
             return info
         return self._orphans([info])[0]
+
+    def dependencies(self, ids: list[int]) -> list[models.Dependency]:
+        """The dependencies of the jobs `ids` (what each was enqueued `after`),
+        by job then dependency, with each dependency's name and state."""
+        return self.store.job_dependencies(ids=[i for i in ids if models.is_id(i)])
 
     def wait(self, id: int, timeout: float | None = None) -> models.JobInfo:
         """Blocks until the job is done, failed or cancelled and returns it;

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from procqueue import errors, models
-from procqueue.store import _dialect, _rows, _rules
+from procqueue.store import _batch_rows, _dialect, _rows, _rules
 
 log = logging.getLogger("procqueue.store")
 
@@ -47,8 +47,8 @@ class BatchMethods:
         params = {
             "name": name,
             "meta": _rows.json_text(meta, "the batch's meta"),
-            "complete_job": _rows.callback_json(on_complete),
-            "success_job": _rows.callback_json(on_success),
+            "complete_job": _batch_rows.callback_json(on_complete),
+            "success_job": _batch_rows.callback_json(on_success),
             "now": now,
         }
         with self._db.transaction() as tx:
@@ -67,7 +67,7 @@ class BatchMethods:
 
     def batch_get(self, *, id: int) -> models.BatchInfo | None:
         rows = self._db.statement("batch_get", {"id": id}, idempotent=True).rows
-        return _rows.batch_info(rows[0], self._json) if rows else None
+        return _batch_rows.batch_info(rows[0], self._json) if rows else None
 
     def batch_list(
         self, *, name: str | None, state: str | None, limit: int
@@ -75,7 +75,7 @@ class BatchMethods:
         """Batches with that name and state (open, running, complete), newest first."""
         params = {"name": name, "state": state, "limit": limit}
         rows = self._db.statement("batch_list", params, idempotent=True).rows
-        return [_rows.batch_info(row, self._json) for row in rows]
+        return [_batch_rows.batch_info(row, self._json) for row in rows]
 
     def batch_members(
         self, *, id: int, after: int, state: str | None, limit: int
@@ -113,7 +113,7 @@ class BatchMethods:
             params = {"id": id, "now": now}
             ids = [r["id"] for r in tx.execute("batch_retry_failed", params).fetchall()]
             self._locked(tx, id)
-            self._rules.reopened(tx, ids)
+            self._rules.reopened(tx, ids, now)
         return len(ids)
 
     def batch_delete(self, *, id: int) -> int:
@@ -128,6 +128,7 @@ class BatchMethods:
         return self._delete(id)
 
     def _delete(self, id: int) -> int:
+        self._db.statement("dep_delete_of_batch", {"id": id})
         deleted = 0
         while True:
             params = {"id": id, "limit": DELETE_CHUNK}

@@ -5,7 +5,10 @@ Every path that ends a job (a recorded outcome, the rescue of an expired
 lease, a deadline, a cancel single or bulk, an undecodable row failed at
 claim) calls `Rules.ending` or `Rules.ended`; every path that makes a
 finished job pending again (a retry single or bulk, a batch's retry) calls
-`Rules.reopened`. What follows from a job's end is added there, and only there.
+`Rules.reopened`. What follows from a job's end is added there, and only there:
+its batch may complete (below) and its dependents may become pending or be
+cancelled (`_deps`); a job they cancel ended too, and the rule applies to it
+in turn, in the same transaction.
 
 A batch completes in the transaction that makes its last member terminal.
 That transaction locks the batch's row after writing its members and then,
@@ -28,7 +31,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _dialect, _rows
+from procqueue.store import _batch_rows, _deps, _dialect, _rows
 
 log = logging.getLogger("procqueue.store")
 
@@ -55,7 +58,7 @@ def callback_jobs(
     and the handler jobs to insert for it: on_complete always, on_success
     when every member is done. A handler whose stored job does not decode
     is logged and left out; the batch completes all the same."""
-    info = _rows.batch_info(row, json_type)
+    info = _batch_rows.batch_info(row, json_type)
     jobs: list[models.NewJob] = []
     for column, kind, wanted in (
         ("complete_job", "complete", True),
@@ -64,7 +67,7 @@ def callback_jobs(
         if row[column] is None or not wanted:
             continue
         try:
-            callback = _rows.batch_callback(row[column], json_type)
+            callback = _batch_rows.batch_callback(row[column], json_type)
             args = msgspec.json.encode({callback.arg: info} if callback.arg else {})
         except _rows.Undecodable as exc:
             log.error("batch %s: on_%s handler not enqueued: %s", info.id, kind, exc)
@@ -89,8 +92,11 @@ class Rules:
 
     def insert(self, tx: _dialect.Tx, jobs: Sequence[models.NewJob], now: float) -> list[int]:
         """Inserts `jobs` (a job whose key exists gives that job's id) and
-        wakes supervisors on commit if any was new. Jobs joining a batch
-        lock it first and are refused unless it is still open."""
+        wakes supervisors on commit if any was new. The jobs they depend on
+        are locked first (EnqueueError if one does not exist), then the
+        batches they join (refused unless still open): jobs before batches,
+        the order every ending takes."""
+        parents = _deps.lock_parents(self._db, tx, jobs)
         if any(job.batch_id is not None for job in jobs):
             check_open(tx, jobs)
         rows = tx.execute_each("job_insert", [_rows.insert_params(job, now) for job in jobs])
@@ -100,6 +106,13 @@ class Rules:
             else row["id"]
             for job, row in zip(jobs, rows, strict=True)
         ]
+        if parents:
+            new = [
+                (row["id"], job)
+                for job, row in zip(jobs, rows, strict=True)
+                if row is not None and job.after
+            ]
+            self.ended(tx, _deps.add_edges(self._db, tx, new, parents, now), now)
         if any(row is not None for row in rows):
             tx.notify()
         return ids
@@ -109,25 +122,60 @@ class Rules:
         the statements' results can be read (they may run in a pipeline).
 
         `ids` may include jobs that did not end (they are passed over): the
-        batch of each job that did completes if it was its last open member.
+        dependents of each job that did are decided, and its batch completes
+        if it was its last open member.
         """
+        read = self._send(tx, ids, now)
+
+        def finish() -> None:
+            cancelled, promoted = read()
+            # The dependents cancelled ended too; a chain of them is walked
+            # level by level (never by recursion: a chain may be long).
+            while cancelled:
+                cancelled, woken = self._send(tx, cancelled, now)()
+                promoted = promoted or woken
+            if promoted:
+                tx.notify()
+
+        return finish
+
+    def _send(
+        self, tx: _dialect.Tx, ids: Sequence[int], now: float
+    ) -> Callable[[], tuple[list[int], bool]]:
+        """Sends the rule's statements for `ids`; the result, called once they
+        can be read, inserts the handlers of the batches completed and
+        returns the dependents cancelled and whether any became pending."""
+        dependents = _deps.send_ending(self._db, tx, ids, now)
         array = self._db.array(list(ids))
         tx.execute("batch_lock_of_jobs", {"ids": array})
         completed = tx.execute("batch_complete_of_jobs", {"ids": array, "now": now})
-        return lambda: self._fire(tx, completed, now)
+
+        def read() -> tuple[list[int], bool]:
+            cancelled, promoted = dependents()
+            self._fire(tx, completed, now)
+            return cancelled, promoted
+
+        return read
 
     def ended(self, tx: _dialect.Tx, ids: Sequence[int], now: float) -> None:
         """`ending` for jobs that ended in `tx` outside a pipeline."""
         if ids:
             self.ending(tx, ids, now)()
 
-    def reopened(self, tx: _dialect.Tx, ids: Sequence[int]) -> None:
-        """What making the finished jobs `ids` pending again entails: the
-        complete batch of each runs again (its next completion counts anew),
-        and supervisors wake on commit."""
-        if ids:
-            tx.execute("batch_reopen_of_jobs", {"ids": self._db.array(list(ids))})
-            tx.notify()
+    def reopened(self, tx: _dialect.Tx, ids: Sequence[int], now: float) -> None:
+        """What making the finished jobs `ids` pending again entails: each
+        waits for its own dependencies again (cancelled again if one still
+        failed), its dependents wait for it again, the complete batch of each
+        runs again (its next completion counts anew), and supervisors wake
+        on commit."""
+        if not ids:
+            return
+        todo = list(ids)
+        while todo:  # the dependents blocked again run again too
+            again, todo = _deps.reopen(self._db, tx, todo, now)
+            if again:
+                tx.execute("batch_reopen_of_jobs", {"ids": self._db.array(again)})
+        tx.notify()
 
     def complete(self, tx: _dialect.Tx, id: int, now: float) -> bool:
         """Completes batch `id` if it is finished; its row is locked already."""

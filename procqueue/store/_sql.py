@@ -7,7 +7,7 @@ What differs between the backends sits behind `_dialect.Dialect`; what a
 job goes through (insert, claim, fencing, cancel, retry, the failure sweep,
 migrations, wake-ups) is decided here, so the two cannot drift apart. What
 ending or reopening a job entails is in `_rules`, the operators' side in
-`_sql_ops`, batches in `_batches`.
+`_sql_ops`, batches in `_batches`, dependencies in `_deps`.
 
 Methods are named noun_verb, take keyword arguments only, and receive the
 time as ``now`` from the caller's clock: no query asks the database what
@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _batches, _claim, _dialect, _queries, _rows, _rules, _sql_ops
+from procqueue.store import _batches, _claim, _deps, _dialect, _queries, _rows, _rules, _sql_ops
 
 log = logging.getLogger("procqueue.store")
 
@@ -38,9 +38,8 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
     return errors.InvalidState(f"job {id} is {row['state']}; {rule}")
 
 
-class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
-    """A job database over one `Dialect`. Safe to share between threads when
-    the dialect is (both are)."""
+class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
+    """A job database over one `Dialect`; thread-safe when the dialect is (both are)."""
 
     def __init__(self, dialect: _dialect.Dialect) -> None:
         self._db = dialect
@@ -89,9 +88,8 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         for a supervisor (PostgreSQL LISTEN, SQLite datagram socket), or None
         when there is none now (ask again later; polling covers the gap).
 
-        Supervisors are woken after the commit of an enqueue, a retry, the
-        cancel of a running job (its supervisor should act at once) and the
-        resume of a queue.
+        Supervisors are woken after the commit of an enqueue, a retry, a
+        promotion, the cancel of a running job, the resume of a queue.
         """
         return self._db.wake_fileno()
 
@@ -144,9 +142,8 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
     ) -> list[models.ClaimedJob]:
         """Atomically moves up to `count` due pending jobs to running for `owner`.
 
-        Order: priority (higher first), then run_at, then id. Skips paused
-        queues, jobs past their deadline, queues at their limit and serial
-        keys already running, counting every owner's running jobs.
+        Order: priority (higher first), then run_at, then id. Skips paused queues,
+        jobs past their deadline, queues at their limit and serial keys running.
         """
         return self.job_record_and_claim(
             outcomes=(), owner=owner, queues=queues, count=count, lease_until=lease_until, now=now
@@ -188,7 +185,8 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         the earlier claim must never land on the new one. Outcomes
         are written in id order, so that two transactions touching the same
         rows cannot deadlock. A taken job whose row does not decode is failed
-        in the same transaction and not returned. Both end jobs by the
+        in the same transaction and not returned (so is one whose
+        dependencies' results do not fit, `_deps`). Both end jobs by the
         record rule (`_rules`)."""
         if not outcomes and count <= 0:
             return _claim.Cycle(lost=[], claimed=[])
@@ -239,6 +237,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
                 },
             ).fetchall()
             claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
+            claimed = _deps.with_parents(self._db, tx, claimed, taken, now)
             if len(claimed) < len(taken):  # some failed undecodable: they ended
                 held = {job.id for job in claimed}
                 self._rules.ended(tx, [r["id"] for r in taken if r["id"] not in held], now)
@@ -314,7 +313,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
         Raises JobNotFound, or InvalidState for a job in another state."""
         with self._db.transaction() as tx:
             if tx.execute("job_retry", {"id": id, "now": now}).rowcount:
-                self._rules.reopened(tx, [id])
+                self._rules.reopened(tx, [id], now)
                 return
             row = tx.execute("job_state", {"id": id}).fetchone()
         raise _refused(id, row, "only failed or cancelled jobs retry")
@@ -361,6 +360,7 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods):
             if ids:
                 tx.execute("attempt_prune", {"ids": self._db.array(ids)})
                 tx.execute("step_prune", {"ids": self._db.array(ids)})
+                tx.execute("dep_prune", {"ids": self._db.array(ids)})
         return len(ids)
 
     def job_sweep_failures(

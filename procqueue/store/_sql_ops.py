@@ -274,7 +274,7 @@ class OpsStore:
         filters; returns how many."""
         with self._db.transaction() as tx:
             rows = tx.execute("job_retry_where", {**self._where(where), "now": now}).fetchall()
-            self._rules.reopened(tx, [r["id"] for r in rows])
+            self._rules.reopened(tx, [r["id"] for r in rows], now)
         return len(rows)
 
     def job_cancel_where(self, *, now: float, **where: Unpack[Where]) -> tuple[int, int]:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from procqueue import events, models
+from procqueue import events, models, protocol
 from procqueue.supervisor import retry
 
 PROGRESS_TEXT_MAX = 1000
@@ -44,6 +44,8 @@ class Attempt:
     """Monotonic time it started in its child (None while it is reserved)."""
     deadline: float | None = None
     """Monotonic time its timeout ends it."""
+    step: tuple[str, float, float] | None = None
+    """The step with a timeout it runs now: (name, timeout, the monotonic time that ends it)."""
     kill: tuple[str, str] | None = None
     """(kind, words) once the supervisor started to end it; decides the outcome."""
     drain_asked: bool = False
@@ -63,6 +65,16 @@ class Attempt:
     """Wall time it started in its child."""
     peak_memory: float | None = None
     """Highest RSS (MB) of its process tree sampled by `Limits`."""
+
+
+def step_clock(message: protocol.StepClock, now: float) -> tuple[str, float, float] | None:
+    """The step timeout a child announced at monotonic `now` (an untrusted
+    frame: a timeout that is not a positive finite number arms nothing)."""
+    timeout = message.timeout
+    if timeout is None or not math.isfinite(timeout) or timeout <= 0:
+        return None
+    timeout = min(timeout, models.MAX_SECONDS)
+    return message.name[:200], timeout, now + timeout
 
 
 def merged_progress(
@@ -93,6 +105,8 @@ def cancelled(job: models.ClaimedJob, error: str) -> models.Outcome:
 
 def history_name(outcome: models.Outcome) -> str:
     """What the history (and the event stream) calls `outcome`."""
+    if outcome.snooze:
+        return "snoozed"
     if outcome.refund:
         return "handed_back"
     if outcome.state == models.JobState.PENDING:

@@ -45,6 +45,9 @@ class Limits:
                 continue
             elif a.deadline is not None and now >= a.deadline:
                 self.attempts.kill(a, "timeout", f"timed out after {a.job.timeout:g}s")
+            elif a.step is not None and now >= a.step[2]:
+                name, timeout, _ = a.step
+                self.attempts.kill(a, "timeout", f"step {name!r} timed out after {timeout:g} s")
             elif a.max_memory is not None and now - a.memory_checked >= self._memory_every(a):
                 rss = self.attempts.sample_memory(a, now)
                 if rss > a.max_memory:
@@ -68,6 +71,8 @@ class Limits:
                 continue
             if a.deadline is not None:
                 due.append(a.deadline)
+            if a.step is not None:
+                due.append(a.step[2])
             if a.max_memory is not None:
                 due.append(a.memory_checked + self._memory_every(a))
             elif a.started is not None:  # peak memory samples

@@ -55,6 +55,7 @@ class AttemptWrites:
         a = self.attempts.running.get(index)
         if a is None or a.kill is not None or message.job_id != a.job.id:
             return
+        a.step = None  # it returned: its timeout no longer applies
         if self.db.busy(f"step:{a.job.id}"):
             # a child waits for StepSaved before its next step: a second one
             # now is job code writing frames by hand, and must not queue

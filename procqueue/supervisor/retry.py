@@ -36,6 +36,34 @@ def _attempts(n: int) -> str:
     return f"{n} attempt{'' if n == 1 else 's'}"
 
 
+def snoozed(
+    job: models.ClaimedJob, *, seconds: float | None, words: str, now: float
+) -> models.Outcome:
+    """The outcome of an attempt that raised `Snooze`: pending again in
+    `seconds` (from an untrusted frame: within [0, MAX_SECONDS]), its attempt
+    given back; failed once it snoozed `max_snoozes` times, or when it would
+    wake after its deadline."""
+    state, error, run_at = models.JobState.FAILED, None, None
+    if job.snoozes >= job.max_snoozes:
+        error = f"{words}\n(snoozed {job.snoozes} times already: its max_snoozes)"
+    else:
+        wait = 0.0 if seconds is None or math.isnan(seconds) else seconds
+        run_at = now + min(max(wait, 0.0), models.MAX_SECONDS)
+        if job.deadline_at is not None and run_at >= job.deadline_at:
+            error = f"{words}\n(it would wake after its deadline)"
+        else:
+            state = models.JobState.PENDING
+    return models.Outcome(
+        id=job.id,
+        attempt=job.attempt,
+        state=state,
+        error=error,
+        run_at=run_at if error is None else None,
+        refund=error is None,
+        snooze=error is None,
+    )
+
+
 def after_failure(
     job: models.ClaimedJob,
     *,

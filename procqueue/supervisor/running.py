@@ -37,6 +37,7 @@ from procqueue.supervisor.attempt import (
     merged_progress,
     refused,
     short_exit,
+    step_clock,
 )
 from procqueue.supervisor.children.slots import Children, Death
 from procqueue.supervisor.lease import Lease
@@ -128,6 +129,7 @@ class Attempts:
             args=job.args,
             steps={name: bytes(raw) for name, raw in job.steps.items()},
             lease=self.lease.left(a.lease_until, self.clock.now()),
+            parents=job.parents,
         )
         self._run(a)
         if not self.pool.send(index, message):
@@ -179,6 +181,8 @@ class Attempts:
         elif isinstance(message, protocol.Failed):
             self._progress(a, message.progress, message.fraction)
             self._failed(a, message)
+        elif isinstance(message, protocol.StepClock):
+            a.step = step_clock(message, self.clock.monotonic())
         elif not isinstance(message, protocol.Step):  # steps: see AttemptWrites
             self.kill(a, "error", f"protocol error: unexpected {type(message).__name__}")
 
@@ -214,6 +218,9 @@ class Attempts:
     def _failed(self, a: Attempt, message: protocol.Failed) -> None:
         if a.drain_asked:  # it stopped because the drain asked it to
             self._end(a, handed_back(a.job, now=self.clock.now()))
+        elif message.kind == "snooze":  # pending again, its attempt given back
+            now, error, delay = self.clock.now(), message.error, message.delay
+            self._end(a, retry.snoozed(a.job, seconds=delay, words=error, now=now))
         else:
             permanent = message.kind == "permanent"
             a.retry_asked = message.kind == "retry"

@@ -155,6 +155,7 @@ def test_stats_json_shape(run: Run, dsn: str, app: App) -> None:
     assert code == 0 and list(doc) == ["queues"] and sorted(doc["queues"]) == ["bulk", "default"]
     default = doc["queues"]["default"]
     assert list(default) == [
+        "blocked",
         "pending",
         "reserved",
         "running",
@@ -172,8 +173,8 @@ def test_stats_json_shape(run: Run, dsn: str, app: App) -> None:
     assert bulk["oldest_pending_age"] is None
 
     code, out, _ = run("stats", "--dsn", dsn)
-    assert code == 0 and out.splitlines()[0].split()[:2] == ["QUEUE", "PENDING"]
-    assert out.splitlines()[2].split()[:3] == ["default", "2", "0"]
+    assert code == 0 and out.splitlines()[0].split()[:3] == ["QUEUE", "BLOCKED", "PENDING"]
+    assert out.splitlines()[2].split()[:4] == ["default", "0", "2", "0"]
 
 
 def test_cancel_and_retry(run: Run, dsn: str, app: App) -> None:

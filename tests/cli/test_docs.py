@@ -26,9 +26,12 @@ GUIDES = [
     "configuration.md",
     "deploying.md",
     "migrating.md",
+    "workflows.md",
 ]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SHOWS_PYTHON = {"getting-started.md", "defining-jobs.md", "producing.md", "migrating.md"}
+SHOWS_PYTHON = {
+    *("getting-started.md", "defining-jobs.md", "producing.md", "migrating.md", "workflows.md")
+}
 """The guides that show Python code; the others show commands and config only."""
 
 

@@ -62,3 +62,33 @@ def test_batch_pages_show_live_progress_failures_and_act(app: App, client: TestC
     assert client.post("/api/batches/999/cancel", headers=headers).status_code == 404
     assert client.get("/batches/999").status_code == 404
     assert client.get("/api/batches/999").status_code == 404
+
+
+def test_a_workflow_batch_page_draws_its_graph_with_live_states(
+    app: App, client: TestClient
+) -> None:
+    with app.batch("flow") as b:
+        top = app.enqueue(batches.square.name, {"n": 1})
+        pages = [app.enqueue(batches.square.name, {"n": i}, after=[top]) for i in range(20)]
+        end = app.enqueue(batches.square.name, {"n": 0}, after=pages)
+    detail = client.get(f"/batches/{b.id}")
+    assert detail.status_code == 200 and '<svg class="graph"' in detail.text
+    assert f'href="/jobs/{top}"' in detail.text and f'href="/jobs/{end}"' in detail.text
+    assert f'data-a="data-state:node_{end}"' in detail.text
+    assert "+4 more" in detail.text  # a layer draws 16 members and counts the rest
+    data = client.get(f"/api/batches/{b.id}").json()
+    got = (data[f"node_{top}"], data[f"node_{end}"], data["blocked"])
+    assert got == ("pending", "blocked", 21)
+    # top to 16 pages and the "more" box, and each of those to end
+    assert len(data["graph"]["edges"]) == 17 + 17
+    app.cancel(top)
+    data = client.get(f"/api/batches/{b.id}").json()
+    assert (data[f"node_{top}"], data[f"node_{end}"]) == ("cancelled", "cancelled")
+
+
+def test_a_batch_without_dependencies_has_no_graph(app: App, client: TestClient) -> None:
+    with app.batch("flat") as b:
+        app.enqueue(batches.square.name, {"n": 1})
+    detail = client.get(f"/batches/{b.id}")
+    assert detail.status_code == 200 and '<svg class="graph"' not in detail.text
+    assert client.get(f"/api/batches/{b.id}").json()["graph"] is None

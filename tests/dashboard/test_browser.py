@@ -174,3 +174,28 @@ def test_with_a_token_the_link_sets_a_cookie_and_actions_work(
         row(tab, job).get_by_role("button", name="Cancel").click()
         expect(row(tab, job)).to_have_count(0)
     assert app.get(job).state == JobState.CANCELLED
+
+
+def test_a_workflow_graph_shows_live_states_and_opens_a_member(
+    app: App, dsn: str, serve: Serve, tab: Tab, tmp_path: Path
+) -> None:
+    marker = tmp_path / "go"
+    page = tab.page
+    with app.batch("flow") as b:
+        top = app.enqueue(JOB + "block", {"marker": str(marker)})
+        left = app.enqueue(JOB + "flaky", {"marker": str(marker)}, after=[top])
+        right = app.enqueue(JOB + "flaky", {"marker": str(marker)}, after=[top])
+    with supervising(app, SPEC), serve(dsn) as url:
+        wait_until(lambda: app.get(top).state == JobState.RUNNING, timeout=30, what="running")
+        page.goto(f"{url}/batches/{b.id}")
+        node = page.locator(f'svg.graph a[data-job="{left}"] g.node')
+        expect(node).to_have_attribute("data-state", "blocked")
+        expect(page.locator(f'svg.graph a[data-job="{top}"] g.node')).to_have_attribute(
+            "data-state", "running"
+        )
+        marker.write_text("go")
+        expect(node).to_have_attribute("data-state", "done")  # live, without a reload
+        expect(page.locator(f'svg.graph a[data-job="{right}"] text.state')).to_have_text("done")
+        page.locator(f'svg.graph a[data-job="{left}"]').click()
+        page.wait_for_url(f"{url}/jobs/{left}")
+        expect(page.locator(".panel-head .badge")).to_have_text("done")

@@ -110,7 +110,7 @@ def test_migrations_make_the_same_schema_on_both_backends(
     lite = _migrated_shape(f"sqlite:///{tmp_path}/queue.db")
     assert set(lite["columns"]) == {
         *("jobs", "queues", "chores", "procqueue_schema"),
-        *("job_attempts", "supervisors", "batches", "job_steps"),
+        *("job_attempts", "supervisors", "batches", "job_steps", "job_deps"),
     }
     assert lite == pg
     assert ("jobs", "jobs_claim") in lite["indexes"]

@@ -20,9 +20,10 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (:version, :now)
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
                   timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at,
-                  batch_id)
+                  batch_id, allow_failure, max_snoozes)
 VALUES (:name, :queue, 'pending', :priority, :max_attempts, :args, :key, :serial_key, :tags,
-        :timeout, :max_memory, :backoff, :on_failure, :run_at, :now, :deadline_at, :batch_id)
+        :timeout, :max_memory, :backoff, :on_failure, :run_at, :now, :deadline_at, :batch_id,
+        :allow_failure, :max_snoozes)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -88,7 +89,8 @@ SET state = 'running', owner = :owner, lease_until = :lease_until,
     started_at = CASE WHEN id IN (SELECT value FROM json_each(:started)) THEN :now END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at,
+          deadline_at, serial_key, run_at, snoozes, max_snoozes,
+          EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps,
           (SELECT json_group_object(s.name, json(s.value))
            FROM job_steps s
            WHERE s.job_id = jobs.id
@@ -121,7 +123,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
     started_at = coalesce(:started_at, started_at),
     finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested = 1 AND :state = 'pending') THEN :now END,
-    attempts = attempts - :refund,
+    attempts = attempts - :refund, snoozes = snoozes + :snooze,
     progress = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
                     ELSE coalesce(:progress, progress) END,
     fraction = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
@@ -145,9 +147,9 @@ WHERE id = :id AND attempts = :attempt AND state = 'running'
 ON CONFLICT (job_id, name) DO UPDATE SET value = excluded.value
 
 -- job_cancel_pending --
--- A pending job is cancelled at once.
+-- A pending or blocked job is cancelled at once.
 UPDATE jobs SET state = 'cancelled', finished_at = :now
-WHERE id = :id AND state = 'pending'
+WHERE id = :id AND state IN ('pending', 'blocked')
 
 -- job_cancel_running --
 -- A running job is flagged; its supervisor kills the child and records the cancel.
@@ -375,9 +377,9 @@ WHERE state IN ('failed', 'cancelled') AND state IN (SELECT value FROM json_each
 RETURNING id
 
 -- job_cancel_pending_where --
--- job_cancel_pending for every pending job matching the filters.
+-- job_cancel_pending for every pending or blocked job matching the filters.
 UPDATE jobs SET state = 'cancelled', finished_at = :now
-WHERE state = 'pending' AND state IN (SELECT value FROM json_each(:states))
+WHERE state IN ('pending', 'blocked') AND state IN (SELECT value FROM json_each(:states))
   AND (:queue IS NULL OR queue = :queue)
   AND (:name IS NULL OR name = :name)
   AND (:since IS NULL OR created_at >= :since)
@@ -421,7 +423,7 @@ WHERE b.id IN (SELECT batch_id FROM jobs
                WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('done', 'failed', 'cancelled'))
   AND b.sealed_at IS NOT NULL AND b.completed_at IS NULL
   AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
-  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
+  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('blocked', 'pending', 'running'))
 RETURNING id
 
 -- batch_complete --
@@ -430,7 +432,7 @@ UPDATE batches AS b SET completed_at = :now, completions = b.completions + 1
 WHERE b.id = :id
   AND b.sealed_at IS NOT NULL AND b.completed_at IS NULL
   AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
-  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
+  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('blocked', 'pending', 'running'))
 RETURNING id
 
 -- batch_seal --
@@ -441,6 +443,7 @@ UPDATE batches SET sealed_at = coalesce(sealed_at, :now) WHERE id = :id
 -- One batch with its members counted per state.
 SELECT b.id, b.name, b.meta, b.complete_job, b.success_job, b.created_at, b.sealed_at,
        b.cancelled_at, b.completed_at, b.completions,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'blocked') AS blocked,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'pending') AS pending,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'running') AS running,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'done') AS done,
@@ -454,6 +457,7 @@ FROM batches b WHERE b.id = :id
 -- Its columns repeat batch_get's: each named query is one static statement, never built.
 SELECT b.id, b.name, b.meta, b.complete_job, b.success_job, b.created_at, b.sealed_at,
        b.cancelled_at, b.completed_at, b.completions,
+       (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'blocked') AS blocked,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'pending') AS pending,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'running') AS running,
        (SELECT count(*) FROM jobs j WHERE j.batch_id = b.id AND j.state = 'done') AS done,
@@ -481,9 +485,9 @@ ORDER BY id
 LIMIT :limit
 
 -- batch_cancel_pending --
--- Cancels a batch's pending members at once.
+-- Cancels a batch's pending and blocked members at once.
 UPDATE jobs SET state = 'cancelled', finished_at = :now
-WHERE batch_id = :id AND state = 'pending'
+WHERE batch_id = :id AND state IN ('pending', 'blocked')
 RETURNING id
 
 -- batch_cancel_running --
@@ -546,7 +550,7 @@ GROUP BY b.name, j.state
 SELECT id FROM batches b
 WHERE b.sealed_at IS NOT NULL AND b.completed_at IS NULL
   AND EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id)
-  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('pending', 'running'))
+  AND NOT EXISTS (SELECT 1 FROM jobs m WHERE m.batch_id = b.id AND m.state IN ('blocked', 'pending', 'running'))
 ORDER BY b.id
 LIMIT :limit
 
@@ -557,3 +561,125 @@ SELECT CAST(finished_at / 60 AS INTEGER) AS minute, state, count(*) AS n,
        sum(CASE WHEN finished_at > :recent THEN 1 ELSE 0 END) AS recent
 FROM jobs WHERE state IN ('done', 'failed') AND finished_at >= :since
 GROUP BY 1, 2
+
+-- ---- Workflows: dependencies between jobs (see store/_deps.py) ----
+-- A job's edges (job_deps) name the jobs it depends on; an edge is resolved once its
+-- dependency is terminal. Every statement here is idempotent: run again with the same
+-- ids, it changes nothing more.
+
+-- dep_lock_parents --
+-- The jobs named as dependencies by an enqueue, locked until it commits (so none of them
+-- ends unseen between this read and the new edges).
+SELECT id, name, state FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)) ORDER BY id
+
+-- dep_insert --
+-- One edge: job_id waits for depends_on (resolved when that one is terminal already).
+INSERT INTO job_deps (job_id, depends_on, resolved) VALUES (:job_id, :depends_on, :resolved)
+ON CONFLICT (job_id, depends_on) DO NOTHING
+RETURNING job_id
+
+-- dep_lock_dependents --
+-- Locks, in id order, the blocked dependents of the given jobs, before they are decided.
+SELECT id FROM jobs
+WHERE state = 'blocked' AND id IN (SELECT job_id FROM job_deps
+                                   WHERE depends_on IN (SELECT value FROM json_each(:ids)))
+ORDER BY id
+
+-- dep_cancel_dependents --
+-- Blocked dependents (without allow_failure) of the given jobs that ended failed or
+-- cancelled are cancelled, naming the lowest such dependency (run before dep_resolve).
+UPDATE jobs
+SET state = 'cancelled', finished_at = :now, blocked_by = f.parent,
+    error = 'dependency ' || f.parent || ' (' || p.name || ') '
+            || CASE WHEN p.state = 'failed' THEN 'failed' ELSE 'was cancelled' END
+FROM (SELECT e.job_id, min(e.depends_on) AS parent
+      FROM job_deps e JOIN jobs q ON q.id = e.depends_on
+      WHERE e.depends_on IN (SELECT value FROM json_each(:ids)) AND e.resolved = 0
+        AND q.state IN ('failed', 'cancelled')
+      GROUP BY e.job_id) AS f
+JOIN jobs AS p ON p.id = f.parent
+WHERE jobs.id = f.job_id AND jobs.state = 'blocked' AND jobs.allow_failure = 0
+RETURNING id
+
+-- dep_resolve --
+-- Resolves the edges of the given jobs that are terminal.
+UPDATE job_deps SET resolved = 1
+WHERE resolved = 0
+  AND depends_on IN (SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+                     AND state IN ('done', 'failed', 'cancelled'))
+
+-- dep_promote --
+-- Blocked dependents of the given jobs with no unresolved edge left become pending.
+UPDATE jobs SET state = 'pending', run_at = max(run_at, :now)
+WHERE state = 'blocked'
+  AND id IN (SELECT job_id FROM job_deps WHERE depends_on IN (SELECT value FROM json_each(:ids)))
+  AND NOT EXISTS (SELECT 1 FROM job_deps e WHERE e.job_id = jobs.id AND e.resolved = 0)
+RETURNING id
+
+-- dep_cancel_failed_of --
+-- The given jobs (just inserted or made pending again, without allow_failure) that depend
+-- on a failed or cancelled job are cancelled, naming the lowest such dependency.
+UPDATE jobs
+SET state = 'cancelled', finished_at = :now, blocked_by = f.parent,
+    error = 'dependency ' || f.parent || ' (' || p.name || ') '
+            || CASE WHEN p.state = 'failed' THEN 'failed' ELSE 'was cancelled' END
+FROM (SELECT e.job_id, min(e.depends_on) AS parent
+      FROM job_deps e JOIN jobs q ON q.id = e.depends_on
+      WHERE e.job_id IN (SELECT value FROM json_each(:ids)) AND q.state IN ('failed', 'cancelled')
+      GROUP BY e.job_id) AS f
+JOIN jobs AS p ON p.id = f.parent
+WHERE jobs.id = f.job_id AND jobs.state IN ('pending', 'blocked') AND jobs.allow_failure = 0
+RETURNING id
+
+-- dep_block_of --
+-- The given pending jobs (just inserted or made pending again) with an unresolved edge
+-- are blocked; none names a dependency that cancelled it any more.
+UPDATE jobs
+SET blocked_by = NULL,
+    state = CASE WHEN EXISTS (SELECT 1 FROM job_deps e WHERE e.job_id = jobs.id AND e.resolved = 0)
+                 THEN 'blocked' ELSE state END
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
+
+-- dep_unresolve --
+-- The edges of the given jobs that run again are unresolved again.
+UPDATE job_deps SET resolved = 0
+WHERE resolved = 1
+  AND depends_on IN (SELECT id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids))
+                     AND state NOT IN ('done', 'failed', 'cancelled'))
+
+-- dep_reblock_dependents --
+-- Pending dependents of the given jobs that run again wait for them again (run after
+-- dep_unresolve); running and finished ones are left as they are.
+UPDATE jobs SET state = 'blocked'
+WHERE state = 'pending'
+  AND id IN (SELECT job_id FROM job_deps WHERE depends_on IN (SELECT value FROM json_each(:ids)))
+  AND EXISTS (SELECT 1 FROM job_deps e WHERE e.job_id = jobs.id AND e.resolved = 0)
+
+-- dep_reopen_dependents --
+-- Jobs cancelled because one of the given jobs failed or was cancelled wait for it again.
+UPDATE jobs SET state = 'blocked', error = NULL, finished_at = NULL, blocked_by = NULL
+WHERE blocked_by IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled'
+RETURNING id
+
+-- dep_prune --
+-- The edges of pruned jobs, either way.
+DELETE FROM job_deps
+WHERE job_id IN (SELECT value FROM json_each(:ids))
+   OR depends_on IN (SELECT value FROM json_each(:ids))
+
+-- dep_delete_of_batch --
+-- The edges of a batch's members, before the members go.
+DELETE FROM job_deps WHERE job_id IN (SELECT id FROM jobs WHERE batch_id = :id)
+
+-- dep_list --
+-- The edges of the given jobs, with their dependencies' names and states.
+SELECT e.job_id, e.depends_on, p.name, p.state
+FROM job_deps e LEFT JOIN jobs p ON p.id = e.depends_on
+WHERE e.job_id IN (SELECT value FROM json_each(:ids))
+ORDER BY e.job_id, e.depends_on
+
+-- dep_results_of --
+-- The results of the done dependencies of the given jobs.
+SELECT e.job_id, p.id, p.result FROM job_deps e JOIN jobs p ON p.id = e.depends_on
+WHERE e.job_id IN (SELECT value FROM json_each(:ids)) AND p.state = 'done'
+ORDER BY e.job_id, p.id
