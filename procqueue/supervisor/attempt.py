@@ -90,6 +90,34 @@ def merged_progress(
     return old_text, old_fraction
 
 
+def replied(
+    a: Attempt, message: protocol.Done | protocol.Failed, *, now: float, rng: random.Random
+) -> models.Outcome:
+    """The outcome of `a` whose child replied `message` (and lives on): done
+    with a result that is JSON; handed back when the drain stopped it;
+    pending again, its attempt given back, when it snoozed; else failed,
+    retried per its policy (at once never, for a permanent failure)."""
+    if isinstance(message, protocol.Done):
+        try:
+            msgspec.json.decode(message.result)
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            error = f"the job's result is not valid JSON: {exc}"
+            return retry.after_failure(
+                a.job, error=error, permanent=False, delay=None, now=now, rng=rng
+            )
+        return models.Outcome(
+            id=a.job.id, attempt=a.job.attempt, state=models.JobState.DONE, result=message.result
+        )
+    if a.drain_asked:  # it stopped because the drain asked it to
+        return handed_back(a.job, now=now)
+    if message.kind == "snooze":
+        return retry.snoozed(a.job, seconds=message.delay, words=message.error, now=now)
+    permanent = message.kind == "permanent"
+    return retry.after_failure(
+        a.job, error=message.error, permanent=permanent, delay=message.delay, now=now, rng=rng
+    )
+
+
 def handed_back(job: models.ClaimedJob, *, now: float) -> models.Outcome:
     """The outcome of an attempt that goes back unspent: pending, due at `now`."""
     return models.Outcome(

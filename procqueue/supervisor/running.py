@@ -20,12 +20,9 @@ from __future__ import annotations
 import collections
 import random
 
-import msgspec
-
 from procqueue import events, models, protocol
 from procqueue.child import crashlog
 from procqueue.clock import Clock
-from procqueue.supervisor import retry
 from procqueue.supervisor.attempt import (
     Attempt,
     as_ended,
@@ -36,6 +33,7 @@ from procqueue.supervisor.attempt import (
     killed,
     merged_progress,
     refused,
+    replied,
     short_exit,
     step_clock,
 )
@@ -175,12 +173,11 @@ class Attempts:
             return
         if isinstance(message, protocol.Progress):
             self._progress(a, message.text, message.fraction)
-        elif isinstance(message, protocol.Done):
+        elif isinstance(message, protocol.Done | protocol.Failed):
             self._progress(a, message.progress, message.fraction)
-            self._done(a, message)
-        elif isinstance(message, protocol.Failed):
-            self._progress(a, message.progress, message.fraction)
-            self._failed(a, message)
+            retrying = isinstance(message, protocol.Failed) and message.kind == "retry"
+            a.retry_asked = retrying and not a.drain_asked  # a Retry the job raised itself
+            self._end(a, replied(a, message, now=self.clock.now(), rng=self.rng))
         elif isinstance(message, protocol.StepClock):
             a.step = step_clock(message, self.clock.monotonic())
         elif not isinstance(message, protocol.Step):  # steps: see AttemptWrites
@@ -203,38 +200,6 @@ class Attempts:
             self.pool.kill(index)
         else:
             self.kill(a, "error", words, hard=True)
-
-    def _done(self, a: Attempt, message: protocol.Done) -> None:
-        try:
-            msgspec.json.decode(message.result)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            self.fail(a, f"the job's result is not valid JSON: {exc}")
-            return
-        outcome = models.Outcome(
-            id=a.job.id, attempt=a.job.attempt, state=models.JobState.DONE, result=message.result
-        )
-        self._end(a, outcome)
-
-    def _failed(self, a: Attempt, message: protocol.Failed) -> None:
-        if a.drain_asked:  # it stopped because the drain asked it to
-            self._end(a, handed_back(a.job, now=self.clock.now()))
-        elif message.kind == "snooze":  # pending again, its attempt given back
-            now, error, delay = self.clock.now(), message.error, message.delay
-            self._end(a, retry.snoozed(a.job, seconds=delay, words=error, now=now))
-        else:
-            permanent = message.kind == "permanent"
-            a.retry_asked = message.kind == "retry"
-            self.fail(a, message.error, permanent=permanent, delay=message.delay)
-
-    def fail(
-        self, a: Attempt, error: str, *, permanent: bool = False, delay: float | None = None
-    ) -> None:
-        """Ends `a` as failed (retried per its policy); its child lives on."""
-        now = self.clock.now()
-        outcome = retry.after_failure(
-            a.job, error=error, permanent=permanent, delay=delay, now=now, rng=self.rng
-        )
-        self._end(a, outcome)
 
     def _end(self, a: Attempt, outcome: models.Outcome) -> None:
         """The child replied with the attempt's outcome, lives on, and is
