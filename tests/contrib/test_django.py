@@ -57,7 +57,9 @@ def _supervise(dsn: str) -> subprocess.Popen[bytes]:
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])
-def queue(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Queue]:
+def queue(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Queue]:
     """The TASKS backend on a fresh database, with a supervisor running its jobs."""
     schema = None
     if request.param == "sqlite":
@@ -69,7 +71,10 @@ def queue(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
                 pytest.fail(f"PostgreSQL required: {reason}")
             pytest.skip(f"no PostgreSQL: {reason}")
         dsn, schema = make_pg_dsn()
-    options = {"BACKEND": "procqueue.contrib.django.ProcqueueBackend", "QUEUES": ["default", "bulk"]}
+    options = {
+        "BACKEND": "procqueue.contrib.django.ProcqueueBackend",
+        "QUEUES": ["default", "bulk"],
+    }
     with override_settings(TASKS={"default": {**options, "OPTIONS": {"dsn": dsn, "timeout": 30}}}):
         backend = tasks_api.task_backends["default"]
         assert isinstance(backend, ProcqueueBackend)
@@ -154,7 +159,7 @@ def test_run_after_is_respected(queue: Queue) -> None:
     later.refresh()
     assert now.status == tasks_api.TaskResultStatus.SUCCESSFUL
     assert later.status == tasks_api.TaskResultStatus.READY
-    assert queue.backend.app.get(int(later.id)).run_at == after.replace(microsecond=after.microsecond)
+    assert queue.backend.app.get(int(later.id)).run_at == after
     _finished(later)
     assert later.status == tasks_api.TaskResultStatus.SUCCESSFUL
     assert later.started_at is not None and later.started_at >= after

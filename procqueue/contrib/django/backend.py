@@ -128,7 +128,8 @@ class ProcqueueBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc]
         if not _same_database(self.dsn, conn.settings_dict):
             return None
         conn.ensure_connection()
-        return conn.connection
+        raw: object = conn.connection  # psycopg's: procqueue checks it is one
+        return raw
 
     # -- reading ------------------------------------------------------------
 
@@ -153,13 +154,17 @@ class ProcqueueBackend(tasks_api.BaseTaskBackend):  # type: ignore[misc]
             task = self.task_class(func=_not_a_task, backend=self.alias, queue_name=self._queue())
             status = tasks_api.TaskResultStatus.FAILED
             why = f"job {info.id} is {info.name!r}, not a Django task importable here"
-            task_errors.append(tasks_api.TaskError(exception_class_path=FAILURE_CLASS, traceback=why))
+            task_errors.append(
+                tasks_api.TaskError(exception_class_path=FAILURE_CLASS, traceback=why)
+            )
         elif task.backend != self.alias:
             task = task.using(backend=self.alias)
         if info.undecodable is not None:
             status = tasks_api.TaskResultStatus.FAILED
             why = f"job {info.id}'s row can't be read: {info.undecodable}"
-            task_errors.append(tasks_api.TaskError(exception_class_path=FAILURE_CLASS, traceback=why))
+            task_errors.append(
+                tasks_api.TaskError(exception_class_path=FAILURE_CLASS, traceback=why)
+            )
         attempts = info.history
         result = tasks_api.TaskResult(
             task=task,

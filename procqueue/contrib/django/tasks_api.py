@@ -4,21 +4,21 @@ the ``django-tasks`` backport (Django 5.2), whose API is the same."""
 from __future__ import annotations
 
 try:  # Django >= 6.0
-    from django.tasks import task_backends  # type: ignore[import-not-found,unused-ignore]
-    from django.tasks.backends.base import (  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks import task_backends
+    from django.tasks.backends.base import (
         BaseTaskBackend,
     )
-    from django.tasks.base import (  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks.base import (
         Task,
         TaskError,
         TaskResult,
         TaskResultStatus,
     )
-    from django.tasks.exceptions import (  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks.exceptions import (
         InvalidTaskError,
         TaskResultDoesNotExist,
     )
-    from django.tasks.signals import (  # type: ignore[import-not-found,unused-ignore]
+    from django.tasks.signals import (
         task_enqueued,
     )
 except ImportError:  # the backport
