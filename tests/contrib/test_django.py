@@ -201,3 +201,26 @@ def test_an_enqueue_in_an_atomic_commits_with_it(queue: Queue) -> None:
         with pytest.raises(tasks_api.TaskResultDoesNotExist):  # not visible before commit
             queue.backend.get_result(result.id)
     assert _finished(result).return_value == 7
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["supervise"], "supervise needs MODULE"),
+        (["supervise", "tests.jobs.basic", "--settings", SETTINGS], "--settings needs --django"),
+        (["supervise", "--django", "--settings", "no.such.settings"], "cannot set up Django"),
+    ],
+)
+def test_supervise_refuses_a_django_setup_it_cannot_do(argv: list[str], says: str) -> None:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("DJANGO_SETTINGS_MODULE", None)
+    done = subprocess.run(
+        [sys.executable, "-m", "procqueue", *argv],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert says in done.stderr.decode()
+    assert "Traceback" not in done.stderr.decode()
