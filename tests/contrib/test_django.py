@@ -224,3 +224,35 @@ def test_supervise_refuses_a_django_setup_it_cannot_do(argv: list[str], says: st
     assert done.returncode == 2
     assert says in done.stderr.decode()
     assert "Traceback" not in done.stderr.decode()
+
+
+def test_aenqueue_and_arefresh(queue: Queue) -> None:
+    import asyncio
+
+    async def run() -> Any:
+        result = await tasks.add.aenqueue(5, 6)
+        for _ in range(3000):
+            await result.arefresh()
+            if result.is_finished:
+                return result
+            await asyncio.sleep(0.01)  # a poll interval, not a wait for an outcome
+        raise AssertionError(f"task result {result.id} never finished")
+
+    result = asyncio.run(run())
+    assert (result.status, result.return_value) == (tasks_api.TaskResultStatus.SUCCESSFUL, 11)
+
+
+def test_a_row_that_does_not_decode_is_failed_not_raised(queue: Queue) -> None:
+    if queue.kind != "sqlite":
+        pytest.skip("a SQLite row can hold text that is no JSON")
+    import sqlite3
+
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(days=1)  # never claimed during the test
+    result = tasks.add.using(run_after=later).enqueue(1, 2)
+    with sqlite3.connect(queue.dsn.removeprefix("sqlite:///")) as raw:
+        raw.execute("UPDATE jobs SET args = '{broken' WHERE id = ?", (int(result.id),))
+    result.refresh()
+    assert result.status == tasks_api.TaskResultStatus.FAILED
+    assert "can't be read" in result.errors[-1].traceback
+    assert "args" in result.errors[-1].traceback
+    queue.backend.app.cancel(int(result.id))
