@@ -29,6 +29,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("storage", {"store"}),
     ("jobs", {"jobs"}),
     ("producer", {"producer", ""}),  # "": `import procqueue`, what job modules do
+    ("integrations", {"contrib"}),  # imported only by whoever uses them
     ("child", {"child"}),
     ("supervisor", {"supervisor"}),
     ("interface", {"cli", "dashboard", "demo", "testing", "__main__"}),

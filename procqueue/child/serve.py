@@ -22,11 +22,11 @@ import sys
 from typing import Any
 
 from procqueue import errors, protocol
-from procqueue.child import crashlog, proctree
+from procqueue.child import crashlog, loading, proctree
 from procqueue.child.pipes import Fence, Flusher, Inbox, PipeChannel
 from procqueue.jobs import runner
 from procqueue.jobs.stopping import EventLoop, Guard
-from procqueue.producer.app import App, load_app
+from procqueue.producer.app import App
 
 
 def set_title(text: str) -> None:
@@ -91,7 +91,7 @@ def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
     proctree.become_subreaper()
     crashlog.enable()  # a fatal signal's Python stack, for the attempt's error
     try:
-        app = load_app(spec)
+        app = loading.load(spec)
     except errors.ProcqueueError as exc:
         hello = protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=str(exc))
         protocol.write_all(wfd, protocol.encode(hello))

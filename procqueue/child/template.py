@@ -18,8 +18,8 @@ import threading
 from typing import NoReturn
 
 from procqueue import errors
-from procqueue.child import forkwire, serve
-from procqueue.producer.app import App, load_app
+from procqueue.child import forkwire, loading, serve
+from procqueue.producer.app import App
 
 
 def _ignore(signum: int, frame: object) -> None:
@@ -70,6 +70,7 @@ class _Template:
             _, request, index = forkwire.SPAWN.unpack(data)
             sys.stdout.flush()
             sys.stderr.flush()
+            loading.before_fork()  # no database socket shared with a child
             try:
                 pid = os.fork()
             except OSError as exc:
@@ -174,7 +175,7 @@ def template_main(argv: list[str]) -> int:
     serve.set_title(f"procqueue template {spec}")
     serve.raise_oom_score()  # a template is cheap to lose: the pool spawns clean
     try:
-        app = load_app(spec)
+        app = loading.load(spec)  # Django set up first under --django
     except errors.ProcqueueError as exc:
         with contextlib.suppress(OSError):
             sock.send(forkwire.LOAD_ERROR + str(exc).encode()[: forkwire.MAX_MESSAGE - 1])

@@ -117,7 +117,16 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     if chosen.metrics_port is not None:
         _check_listen(settings.metrics_host, chosen.metrics_port)  # where they will be served
     _use_cwd(children=True)
-    app = _on_dsn(_load(args.app), args)
+    if args.django:
+        _setup_django(args)
+    elif args.app is None or args.settings is not None:
+        raise UsageError("supervise needs MODULE (and --settings needs --django)")
+    loaded = _load(args.app)
+    if args.django:  # the supervisor's registry finds tasks too (failure handlers, cron)
+        from procqueue.contrib.django import worker
+
+        worker.find_tasks(loaded)
+    app = _on_dsn(loaded, args)
     # children import the module afresh: its App() must find the same database
     # when job code enqueues follow-up work
     os.environ[DSN_ENV] = str(app.dsn)
@@ -129,6 +138,22 @@ def cmd_supervise(args: argparse.Namespace) -> int:
         return supervisor.run(install_signals=True)
     finally:
         app.close()
+
+
+DJANGO_APP = "procqueue.contrib.django.app"
+"""The App `supervise --django` runs without MODULE: the TASKS backend's."""
+
+
+def _setup_django(args: argparse.Namespace) -> None:
+    """Sets up Django here and, through the environment, in every child
+    (before each imports the app); MODULE defaults to `DJANGO_APP`."""
+    from procqueue.child import loading
+    from procqueue.contrib.django import worker
+
+    worker.setup(args.settings)  # DJANGO_SETTINGS_MODULE set for the children too
+    os.environ[loading.DJANGO_ENV] = "1"
+    if args.app is None:
+        args.app = DJANGO_APP
 
 
 STARTUP_WAIT_S = 60.0

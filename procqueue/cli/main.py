@@ -198,7 +198,22 @@ def build_parser() -> argparse.ArgumentParser:
 def _supervise_options(p: argparse.ArgumentParser) -> None:
     """supervise's options; each defaults to None so the config file and the
     environment can fill it (see procqueue.configfile)."""
-    p.add_argument("app", metavar="MODULE[:APP]", help="module defining the App (cwd importable)")
+    p.add_argument(
+        "app",
+        metavar="MODULE[:APP]",
+        nargs="?",
+        help="module defining the App (cwd importable); with --django, by default the "
+        "App of the TASKS backend (procqueue.contrib.django.app)",
+    )
+    p.add_argument(
+        "--django",
+        action="store_true",
+        help="set up Django (django.setup()) before MODULE is imported, here and in every "
+        "child, and run Django tasks by import path",
+    )
+    p.add_argument(
+        "--settings", metavar="MODULE", help="Django settings (default $DJANGO_SETTINGS_MODULE)"
+    )
     p.add_argument(
         "--workers", type=render.positive_int, help="child processes (default: CPU count)"
     )
