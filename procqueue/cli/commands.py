@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import ipaddress
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -32,8 +30,6 @@ T = TypeVar("T")
 PRUNE_BATCH = 10_000
 """Jobs deleted per statement by ``prune``, so no transaction grows unbounded."""
 
-DASHBOARD_MISSING = "the dashboard needs the dashboard extra: pip install 'procqueue[dashboard]'"
-DASHBOARD_TOKEN_ENV = "PROCQUEUE_DASHBOARD_TOKEN"
 DSN_ENV = "PROCQUEUE_DSN"
 CRON_TICKS = 3
 """Fire times listed per schedule by ``procqueue cron``."""
@@ -115,7 +111,7 @@ def cmd_supervise(args: argparse.Namespace) -> int:
     chosen = supervise_config(args)
     settings = supervise_settings(chosen)
     if chosen.metrics_port is not None:
-        _check_listen(settings.metrics_host, chosen.metrics_port)  # where they will be served
+        check_listen(settings.metrics_host, chosen.metrics_port)  # where they will be served
     _use_cwd(children=True)
     if args.django:
         _setup_django(args)
@@ -346,62 +342,7 @@ def cmd_cron(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_dashboard(args: argparse.Namespace) -> int:
-    """Serves the web dashboard until interrupted."""
-    try:
-        dashboard: Any = importlib.import_module("procqueue.dashboard.app")
-    except ModuleNotFoundError as exc:
-        if not _dashboard_part(exc.name):
-            raise
-        raise LoadError(DASHBOARD_MISSING) from None
-    dsn = store_mod.resolve_dsn(args.dsn)
-    store_mod.open_store(dsn).close()  # a malformed or unreachable DSN fails here
-    _check_listen(args.host, args.port)
-    token = args.token or os.environ.get(DASHBOARD_TOKEN_ENV) or None
-    if token is not None and token != token.strip():
-        raise errors.ConfigError("a dashboard token can't be blank or start or end with a space")
-    if token is None and not _loopback(args.host):
-        raise errors.ConfigError(
-            f"the dashboard can retry and cancel jobs: listening on {args.host} "
-            f"needs a token (--token or ${DASHBOARD_TOKEN_ENV})"
-        )
-    # uvicorn stops on SIGTERM, then raises the signal again for the handler
-    # it found: make that an exit with code 0, as for the supervisor's drain.
-    previous = signal.signal(signal.SIGTERM, _exit_0)
-    try:
-        dashboard.serve(dsn, host=args.host, port=args.port, token=token)
-    except ModuleNotFoundError as exc:  # serve imports uvicorn when called
-        if not _dashboard_part(exc.name):
-            raise
-        raise LoadError(DASHBOARD_MISSING) from None
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    return 0
-
-
-def _loopback(host: str) -> bool:
-    """Whether `host` names only this machine (127.0.0.0/8, ::1, localhost)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def _exit_0(signum: int, frame: object) -> None:
-    raise SystemExit(0)
-
-
-def _dashboard_part(module: str | None) -> bool:
-    """Whether `module` is the dashboard or one of the dashboard extra's packages."""
-    top = (module or "").split(".")[0]
-    return top in ("starlette", "uvicorn", "jinja2") or (module or "").startswith(
-        "procqueue.dashboard"
-    )
-
-
-def _check_listen(host: str, port: int) -> None:
+def check_listen(host: str, port: int) -> None:
     """Fails in one line when `host`:`port` can't be listened on (in use, bad host)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)

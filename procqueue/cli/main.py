@@ -27,7 +27,6 @@ from procqueue.cli.commands import (
     LoadError,
     UsageError,
     cmd_cron,
-    cmd_dashboard,
     cmd_enqueue,
     cmd_jobs,
     cmd_migrate,
@@ -44,6 +43,7 @@ from procqueue.cli.ops import (
     cmd_supervisors,
     lists_only,
 )
+from procqueue.cli.web import cmd_dashboard
 from procqueue.producer.app import App
 
 __all__ = ["LoadError", "UsageError", "build_parser", "main"]

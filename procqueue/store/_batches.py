@@ -128,15 +128,12 @@ class BatchMethods:
         return self._delete(id)
 
     def _delete(self, id: int) -> int:
-        self._db.statement("dep_delete_of_batch", {"id": id})
         deleted = 0
         while True:
             params = {"id": id, "limit": DELETE_CHUNK}
-            with self._db.transaction() as tx:  # a member goes with its history and steps
+            with self._db.transaction() as tx:
                 ids = [row["id"] for row in tx.execute("batch_delete_members", params).fetchall()]
-                if ids:
-                    tx.execute("attempt_prune", {"ids": self._db.array(ids)})
-                    tx.execute("step_prune", {"ids": self._db.array(ids)})
+                self._rules.deleted(tx, ids)
             n = len(ids)
             deleted += n
             if n < DELETE_CHUNK:

@@ -177,6 +177,14 @@ class Rules:
                 tx.execute("batch_reopen_of_jobs", {"ids": self._db.array(again)})
         tx.notify()
 
+    def deleted(self, tx: _dialect.Tx, ids: Sequence[int]) -> None:
+        """What deleting the jobs `ids` in `tx` entails: their attempt
+        history, durable steps and dependency edges (either way) go too."""
+        if ids:
+            array = self._db.array(list(ids))
+            for query in ("attempt_prune", "step_prune", "dep_prune"):
+                tx.execute(query, {"ids": array})
+
     def complete(self, tx: _dialect.Tx, id: int, now: float) -> bool:
         """Completes batch `id` if it is finished; its row is locked already."""
         completed = tx.execute("batch_complete", {"id": id, "now": now})

@@ -7,7 +7,8 @@ What differs between the backends sits behind `_dialect.Dialect`; what a
 job goes through (insert, claim, fencing, cancel, retry, the failure sweep,
 migrations, wake-ups) is decided here, so the two cannot drift apart. What
 ending or reopening a job entails is in `_rules`, the operators' side in
-`_sql_ops`, batches in `_batches`, dependencies in `_deps`.
+`_sql_ops`, batches in `_batches`, dependencies in `_deps`, the
+supervisors' chores (pruning, the failure sweep) in `_chores`.
 
 Methods are named noun_verb, take keyword arguments only, and receive the
 time as ``now`` from the caller's clock: no query asks the database what
@@ -19,17 +20,25 @@ supervisor that lost its lease can never overwrite the one that took over.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _batches, _claim, _deps, _dialect, _queries, _rows, _rules, _sql_ops
+from procqueue.store import (
+    _batches,
+    _chores,
+    _claim,
+    _deps,
+    _dialect,
+    _queries,
+    _rows,
+    _rules,
+    _sql_ops,
+)
 
 log = logging.getLogger("procqueue.store")
-
-_STATES = frozenset(s.value for s in models.JobState)
 
 
 def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
@@ -38,7 +47,7 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
     return errors.InvalidState(f"job {id} is {row['state']}; {rule}")
 
 
-class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
+class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods, _chores.ChoreMethods):
     """A job database over one `Dialect`; thread-safe when the dialect is (both are)."""
 
     def __init__(self, dialect: _dialect.Dialect) -> None:
@@ -350,52 +359,3 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods):
             rows = tx.execute("job_fail_past_deadline", {"now": now}).fetchall()
             self._rules.ended(tx, [r["id"] for r in rows], now)
         return len(rows)
-
-    def job_prune(self, *, states: Iterable[str], before: float, limit: int) -> int:
-        """Deletes up to `limit` jobs in `states` finished before `before`."""
-        wanted = self._db.array([s for s in states if s in _STATES])
-        params = {"states": wanted, "before": before, "limit": limit}
-        with self._db.transaction() as tx:
-            ids = [row["id"] for row in tx.execute("job_prune", params).fetchall()]
-            if ids:
-                tx.execute("attempt_prune", {"ids": self._db.array(ids)})
-                tx.execute("step_prune", {"ids": self._db.array(ids)})
-                tx.execute("dep_prune", {"ids": self._db.array(ids)})
-        return len(ids)
-
-    def job_sweep_failures(
-        self,
-        *,
-        now: float,
-        limit: int,
-        handler_job: Callable[[models.JobInfo, str], models.NewJob],
-    ) -> int:
-        """Enqueues the on_failure handler of up to `limit` jobs that gave up;
-        returns how many.
-
-        In one transaction: the handler job built by `handler_job(info,
-        handler_name)` is inserted and the failed job marked. A row another
-        sweeper marked first (mark changes nothing) is skipped, so each
-        handler is enqueued once; a job whose handler can't be built (it
-        raised) is marked and skipped."""
-        handled = 0
-        with self._db.transaction() as tx:
-            for row in tx.execute("job_failures_unhandled", {"limit": limit}).fetchall():
-                if not tx.execute("job_mark_failure_handled", {"id": row["id"]}).rowcount:
-                    continue
-                handler = row["on_failure"]
-                try:
-                    if not isinstance(handler, str):  # an untrusted row: not even a name
-                        raise _rows.Undecodable(f"column on_failure holds {handler!r}")
-                    job = handler_job(_rows.job_info(row, self._json), handler)
-                except (errors.ProcqueueError, _rows.Undecodable) as exc:
-                    log.error("job %s: on_failure handler not enqueued: %s", row["id"], exc)
-                    continue
-                self._rules.insert(tx, [job], now)
-                handled += 1
-        return handled
-
-    def chore_claim(self, *, name: str, every: float, now: float) -> bool:
-        """True for exactly one caller per `every` seconds, cluster-wide."""
-        params = {"name": name, "every": every, "now": now}
-        return self._db.statement("chore_claim", params).rowcount > 0

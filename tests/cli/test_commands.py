@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 
 from procqueue import App
-from procqueue.cli import commands as _commands
-from procqueue.cli import logs
+from procqueue.cli import logs, web
 from procqueue.cli import main as cli
 from procqueue.testing import wait_until
 from tests.helpers import free_port
@@ -148,7 +147,7 @@ def test_dashboard_without_the_extra(
     monkeypatch.setitem(sys.modules, "procqueue.dashboard.app", None)
     code, out, err = run(capsys, "dashboard")
     assert (code, out) == (1, "")
-    assert one_error_line(err) == _commands.DASHBOARD_MISSING
+    assert one_error_line(err) == web.DASHBOARD_MISSING
     assert "pip install 'procqueue[dashboard]'" in err
 
 

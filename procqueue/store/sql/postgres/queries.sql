@@ -698,10 +698,6 @@ DELETE FROM job_deps
 WHERE job_id = ANY(%(ids)s::bigint[])
    OR depends_on = ANY(%(ids)s::bigint[])
 
--- dep_delete_of_batch --
--- The edges of a batch's members, before the members go.
-DELETE FROM job_deps WHERE job_id IN (SELECT id FROM jobs WHERE batch_id = %(id)s::bigint)
-
 -- dep_list --
 -- The edges of the given jobs, with their dependencies' names and states.
 SELECT e.job_id, e.depends_on, p.name, p.state

@@ -667,10 +667,6 @@ DELETE FROM job_deps
 WHERE job_id IN (SELECT value FROM json_each(:ids))
    OR depends_on IN (SELECT value FROM json_each(:ids))
 
--- dep_delete_of_batch --
--- The edges of a batch's members, before the members go.
-DELETE FROM job_deps WHERE job_id IN (SELECT id FROM jobs WHERE batch_id = :id)
-
 -- dep_list --
 -- The edges of the given jobs, with their dependencies' names and states.
 SELECT e.job_id, e.depends_on, p.name, p.state
