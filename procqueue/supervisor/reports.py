@@ -11,11 +11,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
-import msgspec
-
 from procqueue import errors, protocol
 from procqueue.store.base import Store
-from procqueue.supervisor.attempt import Attempt
+from procqueue.supervisor.attempt import Attempt, json_fault
 from procqueue.supervisor.children.slots import Children
 from procqueue.supervisor.dbthread import DbCalls
 from procqueue.supervisor.faults import Faults
@@ -67,11 +65,9 @@ class AttemptWrites:
             words = f"killed by fault injector in step {message.name!r}"
             self.attempts.kill(a, "error", words, hard=True)
             return
-        try:
-            msgspec.json.decode(message.value)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            words = f"step {message.name!r} is not valid JSON: {exc}"
-            self.attempts.kill(a, "error", words, hard=True)
+        fault = json_fault(message.value)
+        if fault is not None:
+            self.attempts.kill(a, "error", f"step {message.name!r} {fault}", hard=True)
             return
 
         def saved(ok: bool) -> None:
