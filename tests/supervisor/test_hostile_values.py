@@ -87,3 +87,28 @@ def test_a_row_out_of_int_range_fails_alone_and_claiming_goes_on(
         still_runs(app, sup)
     finally:
         raw.close()
+
+
+@pytest.mark.parametrize(
+    ("job", "kind"),
+    [("bad_step", "nan"), ("bad_step", "inf"), ("bad_result", "nan"), ("bad_result", "inf")],
+)
+def test_nan_or_infinity_in_a_step_or_result_fails_the_job_not_saved_as_null(
+    live: tuple[App, subprocess.Popen[bytes]], job: str, kind: str
+) -> None:
+    app, sup = live
+    info = app.wait(app.enqueue(H + job, {"kind": kind}), timeout=30)
+    assert info.state == JobState.FAILED, info
+    assert "NaN or infinity" in (info.error or ""), info.error
+    still_runs(app, sup)
+
+
+@pytest.mark.parametrize("kind", ["int", "bool"])
+def test_progress_of_the_wrong_type_raises_type_error_in_the_job(
+    live: tuple[App, subprocess.Popen[bytes]], kind: str
+) -> None:
+    app, sup = live
+    info = app.wait(app.enqueue(H + "bad_progress", {"kind": kind}), timeout=30)
+    assert info.state == JobState.DONE, info
+    assert str(info.result).startswith("TypeError: "), info.result
+    still_runs(app, sup)
