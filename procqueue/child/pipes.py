@@ -35,8 +35,7 @@ def _end_tree_and_exit(why: str) -> None:
     """Kills every process below this one, then exits at once (any thread)."""
     with contextlib.suppress(OSError):
         os.write(2, f"procqueue child {os.getpid()}: {why}; ending the job\n".encode())
-    for _ in range(3):  # a process may fork while the tree is being killed
-        proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
+    proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
     os._exit(FENCE_EXIT)
 
 

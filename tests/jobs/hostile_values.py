@@ -75,3 +75,34 @@ def bad_progress(cx: Context, kind: str) -> str:
     except TypeError as exc:
         return f"TypeError: {exc}"
     return "accepted"
+
+
+HOP = """
+import os, sys, time
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+end = time.time() + 60
+while time.time() < end:
+    os.write(log, b"%d\\n" % os.getpid())
+    time.sleep(0.001)
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+"""
+"""A chain of processes: each generation logs its pid, forks, leaves its
+session and exits (for a minute at most, should a test's cleanup fail)."""
+
+
+@app.job(max_attempts=1)
+def hop_chain(log: str, then: str) -> str:
+    """Starts a pid-hopping chain that appends to file `log`, then, once it
+    hopped, returns or sleeps until it is ended."""
+    import subprocess
+
+    subprocess.Popen(
+        [sys.executable, "-c", HOP, log], start_new_session=True, stdout=subprocess.DEVNULL
+    )
+    while not os.path.exists(log) or os.path.getsize(log) < 100:
+        time.sleep(0.01)  # a few generations: it has hopped away from the job's tree
+    if then == "sleep":
+        time.sleep(300)
+    return "started"

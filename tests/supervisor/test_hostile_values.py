@@ -4,12 +4,18 @@ through a real supervisor process: the job that sends them fails clearly
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from procqueue import App, EnqueueError, JobState
+from procqueue.testing import wait_until
 from tests.jobs import hostile_values
 from tests.procs import start_supervisor
 from tests.store.rawdb import RawDb
@@ -112,3 +118,44 @@ def test_progress_of_the_wrong_type_raises_type_error_in_the_job(
     assert info.state == JobState.DONE, info
     assert str(info.result).startswith("TypeError: "), info.result
     still_runs(app, sup)
+
+
+def hopping(log: Path) -> bool:
+    """Whether the chain logging to `log` still hops (its log grows)."""
+    before = log.stat().st_size
+    time.sleep(0.2)  # many generations' time
+    return log.stat().st_size != before
+
+
+def kill_chain(log: Path) -> None:
+    """The test's own leftovers, should the promise break: each generation
+    it logged, again and again until the log stops growing."""
+    for _ in range(1000):
+        for line in log.read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(line), signal.SIGKILL)
+        if not hopping(log):
+            return
+
+
+@pytest.mark.parametrize("when", ["return", "timeout", "stop"])
+def test_a_pid_hopping_chain_does_not_outlive_its_job(
+    live: tuple[App, subprocess.Popen[bytes]], tmp_path: Path, when: str
+) -> None:
+    app, sup = live
+    log = tmp_path / "hops"
+    then = "return" if when == "return" else "sleep"
+    options = {"timeout": 1.0} if when == "timeout" else {}
+    job_id = app.enqueue(H + "hop_chain", {"log": str(log), "then": then}, **options)
+    try:
+        wait_until(lambda: log.exists() and hopping(log), timeout=30, what="the chain")
+        if when == "stop":
+            wait_until(lambda: app.get(job_id).started_at is not None, timeout=30)
+            sup.terminate()
+            assert sup.wait(timeout=30) == 0
+        else:
+            info = app.wait(job_id, timeout=30)
+            assert info.state == (JobState.DONE if when == "return" else JobState.FAILED)
+        wait_until(lambda: not hopping(log), timeout=10, what="the chain to end")
+    finally:
+        kill_chain(log)
