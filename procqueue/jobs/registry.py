@@ -18,6 +18,7 @@ from procqueue import errors, models
 from procqueue.codec import Codec
 from procqueue.jobs import cron
 from procqueue.jobs.context import Context
+from procqueue.jobs.hooks import Hooks
 from procqueue.jobs.options import JobOptions, bind_args, parse_options
 
 P = ParamSpec("P")
@@ -54,10 +55,13 @@ class Job(Generic[P, R]):
         name: str,
         options: JobOptions,
         codec: Codec | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.app = app
         self.codec = codec or Codec()
         """How its arguments and result are encoded (the App's hooks)."""
+        self.hooks = hooks or Hooks()
+        """The App's `around_run` hooks wrap each of its runs."""
         self.info_param: str | None = None
         """Set for an on_failure handler: its first argument is always a `JobInfo`."""
         self.fn = fn
@@ -177,6 +181,8 @@ class Registry(Mapping[str, Job[Any, Any]]):
     def __init__(self, owner: Enqueuer, codec: Codec | None = None) -> None:
         self._owner = owner
         self.codec = codec or Codec()
+        self.hooks = Hooks()
+        """Around runs, enqueues and attempts that died (`App.hooks`)."""
         self._jobs: dict[str, Job[Any, Any]] = {}
         self.schedules: list[cron.Schedule] = []
 
@@ -211,7 +217,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
         parsed = parse_options(options, JobOptions(), now=0.0, registering=True)
         if name in self._jobs:
             raise errors.ConfigError(f"job {name!r} is registered twice")
-        job = Job(self._owner, fn, name, parsed.options, self.codec)
+        job = Job(self._owner, fn, name, parsed.options, self.codec, self.hooks)
         self._jobs[name] = job
         return job
 

@@ -20,10 +20,13 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
 
+import msgspec
+
 from procqueue import errors, models
 from procqueue.clock import Clock, from_env
 from procqueue.codec import Codec, DecHook, EncHook
 from procqueue.jobs import cron, runner
+from procqueue.jobs.hooks import Around, Enqueue, Hooks, entries
 from procqueue.jobs.options import bind_args
 from procqueue.jobs.registry import Job, Registry
 from procqueue.producer.control import Control
@@ -74,6 +77,13 @@ class App(Control):
         self.registry = Registry(self, Codec(enc_hook, dec_hook))
         self._client: Client | None = None
         self._client_lock = threading.Lock()
+
+    @property
+    def hooks(self) -> Hooks:
+        """Hooks around every run, every enqueue, and attempts whose child
+        died: ``@app.hooks.around_run``, ``@app.hooks.around_enqueue``,
+        ``@app.hooks.on_run_died`` (docs/hooks.md)."""
+        return self.registry.hooks
 
     @property
     def schedules(self) -> list[cron.Schedule]:
@@ -211,7 +221,7 @@ class App(Control):
         input, with nothing written.
         """
         prepared = self.registry.prepare(name, args, options, now=self.clock.now())
-        return self.client.insert([prepared], connection=connection)[0]
+        return self._insert([prepared], [args], connection)[0]
 
     def enqueue_many(
         self,
@@ -223,8 +233,44 @@ class App(Control):
         in order. EnqueueError for any bad item, with nothing written."""
         now = self.clock.now()
         prepare = self.registry.prepare
-        jobs = [prepare(name, args, opts or {}, now=now) for name, args, opts in items]
-        return self.client.insert(jobs, connection=connection)
+        given = list(items)
+        jobs = [prepare(name, args, opts or {}, now=now) for name, args, opts in given]
+        return self._insert(jobs, [args for _, args, _ in given], connection)
+
+    def _insert(
+        self,
+        jobs: list[models.NewJob],
+        args: list[dict[str, Any] | None],
+        connection: object | None,
+    ) -> list[int]:
+        """Inserts checked `jobs` inside the `around_enqueue` hooks, with the
+        headers they add (`args`: each job's arguments as given)."""
+        hooked = self.registry.hooks.enqueue
+        if not hooked:
+            return self.client.insert(jobs, connection=connection)
+        seen = [
+            Enqueue(name=j.name, queue=j.queue, args=a or {})
+            for j, a in zip(jobs, args, strict=True)
+        ]
+        around = Around(hooked, seen)
+        around.enter()
+        try:
+            ids = self.client.insert(
+                [
+                    msgspec.structs.replace(j, headers=entries(s.headers, j.name))
+                    if s.headers
+                    else j
+                    for j, s in zip(jobs, seen, strict=True)
+                ],
+                connection=connection,
+            )
+        except BaseException as exc:
+            around.exit(exc)
+            raise
+        for s, id in zip(seen, ids, strict=True):
+            s.id = id
+        around.exit(None)
+        return ids
 
     # -- batches (see producer.batches) -----------------------------------
 

@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import collections
 import random
+from collections.abc import Callable
 
 from procqueue import events, models, protocol
 from procqueue.child import crashlog
 from procqueue.clock import Clock
+from procqueue.jobs.hooks import RunDied
 from procqueue.supervisor.attempt import (
     Attempt,
     as_ended,
     cancelled,
+    died,
     finished,
     handed_back,
     history_name,
@@ -54,8 +57,11 @@ class Attempts:
         lease: Lease,
         events: events.EventStream,
         rng: random.Random,
+        on_died: Callable[[RunDied], None] | None = None,
     ) -> None:
         self.pool = pool
+        self.on_died = on_died
+        """Told of each attempt whose child died (the App's `on_run_died` hooks)."""
         self.clock = clock
         self.settings = settings
         self.lease = lease
@@ -128,6 +134,8 @@ class Attempts:
             steps={name: bytes(raw) for name, raw in job.steps.items()},
             lease=self.lease.left(a.lease_until, self.clock.now()),
             parents=job.parents,
+            queue=job.queue,
+            headers=job.headers,
         )
         self._run(a)
         if not self.pool.send(index, message):
@@ -236,10 +244,13 @@ class Attempts:
             return
         stack = crashlog.collect(death.pid)  # a fatal signal's Python stack, for its history
         outcome = killed(a, death.reason, stack=stack, now=self.clock.now(), rng=self.rng)
+        exit_reason = short_exit(death.reason)
         if outcome is None:
             self._finished(a, None, "lost")
         else:
-            self.record(a, outcome, exit_reason=short_exit(death.reason))
+            self.record(a, outcome, exit_reason=exit_reason)
+        if self.on_died is not None:
+            self.on_died(died(a, exit_reason, outcome, now=self.clock.now()))
 
     def record(
         self, a: Attempt, outcome: models.Outcome, *, exit_reason: str | None = None
