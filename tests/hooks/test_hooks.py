@@ -107,7 +107,7 @@ def test_the_supervisor_tells_of_each_attempt_whose_child_died(app: App, log: Pa
     deaths = _of(entries, crashed, "died")
     assert [d["attempt"] for d in deaths] == [1, 2]
     assert {d["exit_reason"] for d in deaths} == {"SIGSEGV"}
-    assert deaths[0]["kill"] is None and deaths[0]["started"]
+    assert deaths[0]["kill"] is None and deaths[0]["started_at"] is not None
     assert deaths[0]["headers"] == {"request": "req-5"}
     assert "SIGSEGV" in (deaths[1]["error"] or "")
     assert all(d["pid"] == os.getpid() for d in deaths)  # in the supervisor

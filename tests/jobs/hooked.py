@@ -5,6 +5,7 @@ inherit it), so a test reads what every process's hooks saw."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -48,32 +49,22 @@ def enqueue_hook_that_raises(jobs: list[Enqueue]) -> contextlib.AbstractContextM
     return contextlib.nullcontext()
 
 
+def fields(run: Run, *names: str) -> dict[str, Any]:
+    return {"id": run.job_id, **{n: getattr(run, n) for n in names}}
+
+
 @app.hooks.around_run
 @contextlib.contextmanager
 def trace_run(run: Run) -> Iterator[None]:
-    note(
-        at="enter",
-        id=run.job_id,
-        name=run.name,
-        queue=run.queue,
-        attempt=run.attempt,
-        args=dict(run.args),
-        headers=dict(run.headers),
-    )
+    note(at="enter", **fields(run, "name", "queue", "attempt", "args", "headers"))
     try:
         yield
     except BaseException as exc:
         note(at="raised", id=run.job_id, exception=type(exc).__name__)
         raise
     finally:
-        note(
-            at="exit",
-            id=run.job_id,
-            outcome=run.outcome,
-            result=run.result,
-            error=run.error,
-            exception=None if run.exception is None else type(run.exception).__name__,
-        )
+        raised = None if run.exception is None else type(run.exception).__name__
+        note(at="exit", exception=raised, **fields(run, "outcome", "result", "error"))
 
 
 class Breaking:
@@ -97,16 +88,7 @@ app.hooks.around_run(Breaking)
 
 @app.hooks.on_run_died
 def died(d: RunDied) -> None:
-    note(
-        at="died",
-        id=d.job_id,
-        attempt=d.attempt,
-        exit_reason=d.exit_reason,
-        kill=d.kill,
-        error=d.error,
-        headers=dict(d.headers),
-        started=d.started_at is not None,
-    )
+    note(at="died", id=d.job_id, **dataclasses.asdict(d))
     if d.name.endswith("segfault_twice"):
         raise RuntimeError("died hook failed")
 
