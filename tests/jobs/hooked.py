@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,9 @@ def sleep_past_timeout(a: int = 0) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so its kill is SIGKILL
     while True:
         signal.pause()
+
+
+@app.job(max_attempts=1)
+def modules(prefix: str) -> list[str]:
+    """The modules this child has loaded whose names start with `prefix`."""
+    return sorted(m for m in sys.modules if m.startswith(prefix))
