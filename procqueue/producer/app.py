@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 import msgspec
 
@@ -26,9 +26,10 @@ from procqueue import errors, models
 from procqueue.clock import Clock, from_env
 from procqueue.codec import Codec, DecHook, EncHook
 from procqueue.jobs import cron, runner
+from procqueue.jobs.context import Context
 from procqueue.jobs.hooks import Around, Enqueue, Hooks, entries
 from procqueue.jobs.options import bind_args
-from procqueue.jobs.registry import Job, Registry
+from procqueue.jobs.registry import Job, JobDecorator, Registry
 from procqueue.producer.control import Control
 
 if TYPE_CHECKING:
@@ -93,18 +94,21 @@ class App(Control):
     # -- registration -----------------------------------------------------
 
     @overload
+    def job(self, fn: Callable[Concatenate[Context, P], R], /) -> Job[P, R]: ...
+
+    @overload
     def job(self, fn: Callable[P, R], /) -> Job[P, R]: ...
 
     @overload
-    def job(self, fn: None = None, /, **options: Any) -> Callable[[Callable[P, R]], Job[P, R]]: ...
+    def job(self, fn: None = None, /, **options: Any) -> JobDecorator: ...
 
-    def job(self, fn: Callable[P, R] | None = None, /, **options: Any) -> Any:
+    def job(self, fn: Callable[..., R] | None = None, /, **options: Any) -> Any:
         """Registers a job: ``@app.job`` or ``@app.job(queue=..., timeout=...)``.
 
         Raises ConfigError for a bad option or a name registered twice.
         """
 
-        def register(fn: Callable[P, R]) -> Job[P, R]:
+        def register(fn: Callable[..., R]) -> Job[Any, R]:
             return self.registry.register(fn, options)
 
         return register(fn) if fn is not None else register
@@ -116,7 +120,7 @@ class App(Control):
         timezone: str = "UTC",
         args: dict[str, Any] | None = None,
         **options: Any,
-    ) -> Callable[[Callable[P, R]], Job[P, R]]:
+    ) -> JobDecorator:
         """Registers a job enqueued on every tick of `expr`, once cluster-wide.
 
         Raises ConfigError at import for a malformed expression (quoted), one
@@ -124,7 +128,7 @@ class App(Control):
         """
         cron.validate(expr, timezone)
 
-        def register(fn: Callable[P, R]) -> Job[P, R]:
+        def register(fn: Callable[..., R]) -> Job[Any, R]:
             return self.registry.register_cron(
                 fn, expr=expr, timezone=timezone, args=args or {}, options=options
             )
