@@ -15,6 +15,7 @@ from procqueue import App, JobState
 from procqueue.testing import supervising
 from tests.helpers import finished
 from tests.jobs import hooked
+from tests.store.rawdb import RawDb
 
 SPEC = "tests.jobs.hooked"
 JOB = SPEC + "."
@@ -124,3 +125,22 @@ def test_run_inline_runs_the_run_hooks(app: App, log: Path) -> None:
     outcomes = [e["outcome"] for e in entries if e["at"] == "exit"]
     assert outcomes == ["done", "error"]
     assert all(e["pid"] == os.getpid() for e in entries)
+
+
+@pytest.mark.parametrize("stored", ['{"request": 7, "ok": "yes"}', "[1, 2]", '"text"', "not json"])
+def test_headers_that_are_not_text_reach_the_hooks_as_what_is_text(
+    app: App, log: Path, dsn: str, stored: str
+) -> None:
+    job_id = app.enqueue(JOB + "add", {"a": 1})
+    if dsn.startswith("postgres") and stored == "not json":
+        stored = '"not json"'  # a json column refuses it; a string is the same test
+    raw = RawDb(dsn)
+    try:
+        raw.execute("UPDATE jobs SET headers = ? WHERE id = ?", (stored, job_id))
+    finally:
+        raw.close()
+    with supervising(app, SPEC, workers=1):
+        info = finished(app, job_id)
+    assert info.state == JobState.DONE and info.result == 1
+    (enter,) = _of(hooked.read(log), job_id, "enter")
+    assert enter["headers"] == ({"ok": "yes"} if stored.startswith("{") else {})
