@@ -13,6 +13,8 @@ startup loads no database code.
 from __future__ import annotations
 
 import ast
+import collections
+import re
 import subprocess
 import sys
 import textwrap
@@ -299,6 +301,18 @@ def test_top_level_stays_small() -> None:
     """At most 12 modules at the top of the package; the rest live in the
     folder of their layer."""
     assert len([p for p in PACKAGE.glob("*.py")]) <= 12
+
+
+def test_the_architecture_doc_lists_every_module_once() -> None:
+    """docs/architecture.md names each module of the package that holds
+    code, by its path, exactly once (empty ``__init__.py`` files only mark
+    their folder), and no module that does not exist."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = collections.Counter(re.findall(r"`(procqueue/[\w/]+\.py)`", text))
+    modules = {str(path.relative_to(ROOT)) for path in MODULES.values() if path.read_text().strip()}
+    assert sorted(modules - set(named)) == [], "missing from docs/architecture.md"
+    assert sorted(set(named) - modules) == [], "named in docs/architecture.md, not in the package"
+    assert sorted(m for m, n in named.items() if n > 1) == [], "named more than once"
 
 
 def _closure(start: str) -> dict[str, str]:
