@@ -297,6 +297,29 @@ def test_no_cycles_between_folders() -> None:
     assert _cycles(graph) == []
 
 
+def _folder_of(module: str) -> str:
+    """The package `module` is in, relative to procqueue ('' at the top)."""
+    return _short(module).rpartition(".")[0]
+
+
+def _in_folder(module: str, folder: str) -> bool:
+    """Whether `module` is in `folder` ('' is the top of the package) or below it."""
+    return _matches(module, {folder}) if folder else "." not in _short(module)
+
+
+def test_a_leading_underscore_means_its_folder_only() -> None:
+    """A module whose name starts with one underscore is imported only from
+    its own folder and the folders below it (one at the package's top, only
+    from the top)."""
+    found = [
+        f"{_short(m)} imports {_short(t)}"
+        for m, targets in sorted(EVERY_NAMED.items())
+        for t in sorted(targets)
+        if re.match(r"_[^_]", t.rsplit(".", 1)[-1]) and not _in_folder(m, _folder_of(t))
+    ]
+    assert found == []
+
+
 def test_top_level_stays_small() -> None:
     """At most 12 modules at the top of the package; the rest live in the
     folder of their layer."""
