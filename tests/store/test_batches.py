@@ -9,12 +9,16 @@ import threading
 from typing import Any
 
 import msgspec
+import psycopg
 import pytest
+from psycopg import sql
 
 from procqueue import errors, models
 from procqueue.models import BatchState, JobState
 from procqueue.store import open_store
+from procqueue.store._pg_conninfo import split_dsn
 from procqueue.store.base import Store
+from procqueue.testing import wait_until
 from tests.store.factories import (
     BASE,
     LEASE,
@@ -345,3 +349,83 @@ def test_a_batch_row_that_does_not_decode_still_completes(store: Store, raw: Raw
     finish_all(store)
     assert store.batch_get(id=id_).state == BatchState.COMPLETE  # type: ignore[union-attr]
     assert handlers(store) == []
+
+
+class HeldKey:
+    """PostgreSQL: a transaction of the test's own holding an uncommitted job
+    with key `key`, so that a transaction inserting the same key waits for it
+    (that is how the test pauses a transaction just after it completed a
+    batch: at the insert of the batch's handler). SQLite transactions never
+    interleave: there it holds nothing and every wait returns at once."""
+
+    def __init__(self, dsn: str, key: str) -> None:
+        self.conn: psycopg.Connection[Any] | None = None
+        if dsn.startswith("sqlite:"):
+            return
+        conninfo, schema = split_dsn(dsn)
+        self.conn = psycopg.connect(conninfo)
+        self.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        self.conn.execute(
+            "INSERT INTO jobs (name, queue, state, max_attempts, args, key, backoff, run_at,"
+            " created_at) VALUES ('held', 'held', 'done', 1, '{}', %s, '{}', 0, 0)",
+            (key,),
+        )
+        self.pid = self.conn.info.backend_pid
+
+    def blocked_by(self, pid: int) -> int | None:
+        """The backend waiting for a lock `pid` holds, if any."""
+        assert self.conn is not None
+        with psycopg.connect(self.conn.info.dsn, autocommit=True) as c:
+            row = c.execute(
+                "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def release(self) -> None:
+        if self.conn is not None:
+            self.conn.rollback()
+            self.conn.close()
+            self.conn = None
+
+
+def test_a_bulk_retry_racing_the_end_of_the_last_member_reopens_the_batch(
+    store: Store, dsn: str
+) -> None:
+    """The transaction ending a batch's last member completes it and, before
+    it commits, a bulk retry makes a failed member pending and commits: the
+    batch must run again (and complete again once that member ends), never
+    stay complete with a member pending."""
+    id_, (failing, last) = make_batch(store, 2, name="race")
+    record(store, claim_exactly(store, failing), JobState.FAILED, error="boom")
+    taken = claim_exactly(store, last)
+    other = open_store(dsn)
+    held = HeldKey(dsn, f"batch:{id_}:1:complete")
+    try:
+        ending = threading.Thread(target=record, args=(other, taken, JobState.DONE))
+        ending.start()
+        ender = None
+        if held.conn is not None:  # the ending waits at its handler's insert, batch completed
+            ender = wait_until(lambda: held.blocked_by(held.pid), what="the ending to wait")
+        else:
+            ending.join()
+        where: dict[str, Any] = {"queue": None, "name": "race", "since": None}
+        retry = threading.Thread(
+            target=store.job_retry_where, kwargs={"states": ["failed"], "now": BASE + 1, **where}
+        )
+        retry.start()
+        if ender is not None:  # the retry commits, or waits for the ending's batch lock
+            wait_until(lambda: not retry.is_alive() or held.blocked_by(ender), what="the retry")
+        held.release()
+        ending.join()
+        retry.join()
+    finally:
+        held.release()
+        other.close()
+    info = store.batch_get(id=id_)
+    assert info is not None and (info.state, info.pending, info.completions) == (
+        BatchState.RUNNING,
+        1,
+        1,
+    ), info
+    finish_all(store, now=BASE + 2)
+    assert [h.key for h in handlers(store)] == [f"batch:{id_}:{n}:complete" for n in (1, 2)]

@@ -536,14 +536,20 @@ SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = %(now
 WHERE batch_id = %(id)s AND state = 'failed'
 RETURNING id
 
+-- batch_lock_of_reopened --
+-- Locks, in id order, the rows of the batches of the given jobs whatever their states, complete
+-- or not (before batch_reopen_of_jobs): a transaction ending a batch's last member holds this lock
+-- from before it asks whether a member is open until it commits.
+SELECT id FROM batches
+WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
+ORDER BY id FOR UPDATE
+
 -- batch_reopen_of_jobs --
 -- The completed batches of jobs that run again are running again (their next completion counts
--- anew); their rows are locked in id order first, as every path that locks several batches does.
+-- anew); run after batch_lock_of_reopened, so it sees a completion committed while it waited.
 UPDATE batches SET completed_at = NULL, cancelled_at = NULL
-WHERE id IN (SELECT id FROM batches
-             WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
-               AND completed_at IS NOT NULL
-             ORDER BY id FOR UPDATE)
+WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
+  AND completed_at IS NOT NULL
 
 -- batch_prunable --
 -- Completed batches finished before `before` with no failed member (failed jobs stay until
