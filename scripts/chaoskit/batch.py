@@ -54,27 +54,35 @@ class BatchPart:
             out.append((J + kind, args, {"key": key}, key))
         return out
 
-    def enqueue(self, seed: int, enqueue: Callable[[Plan], None]) -> None:
+    def enqueue(self, seed: int, enqueue: Callable[[Plan], object]) -> None:
         """Enqueues the members as one batch through `enqueue` (the
         harness's, which retries through outages; keys make a retry
         idempotent)."""
         if self.members <= 0:
             return
         head = self.plan(seed)
+        self.open("chaos", lambda: enqueue(head))
+
+    def open(self, name: str, fill: Callable[[], object]) -> None:
+        """Makes the batch `name` with both handlers, fills it with `fill()`
+        (members join through the App's enqueue_many inside the batch) and
+        seals it, retrying through outages."""
         batch = self._retrying(
             lambda: self.app.batch(
-                "chaos", on_complete=HANDLER, on_success=HANDLER, meta={"members": len(head)}
+                name, on_complete=HANDLER, on_success=HANDLER, meta={"members": self.members}
             )
         )
         self.id = batch.id
         t0 = time.monotonic()
         try:
-            with batch:  # members join through the App's enqueue_many, in one call
-                enqueue(head)
+            with batch:
+                fill()
         except errors.StoreError:
             pass  # the exit's seal failed in an outage: sealed again below
         self._retrying(batch.seal)  # idempotent
-        self.say(f"batch {batch.id}: {len(head)} members enqueued in {time.monotonic() - t0:.1f}s")
+        self.say(
+            f"batch {batch.id}: {self.members} members enqueued in {time.monotonic() - t0:.1f}s"
+        )
 
     @staticmethod
     def _retrying(call: Callable[[], Any]) -> Any:

@@ -13,6 +13,7 @@ import time
 from scripts.chaoskit.batch import BatchPart
 from scripts.chaoskit.sidelog import wait_for
 from scripts.chaoskit.state import ChaosState
+from scripts.chaoskit.workflow import WorkflowPart
 from tests.chaos import cluster, procfs
 
 
@@ -28,6 +29,8 @@ class Faults(ChaosState):
         self.phase = "chaos"
         self.batch = BatchPart(self.app, cfg.batch_members, self.say)
         self.batch.enqueue(self.seed, self.enqueue)
+        self.workflow = WorkflowPart(self.app, cfg.workflow_nodes, self.say)
+        self.workflow.enqueue_graph(self.seed, self.enqueue)
         self.t_start = time.time()
         t0 = time.monotonic()
         batches = max(1, min(len(plan), int(duration * 0.7 / 1.0)))
@@ -232,7 +235,7 @@ class Faults(ChaosState):
             t0 = time.time()
             procfs.set_subreaper(False)  # the new postmaster must not become our child
             try:
-                took = cluster.restart_postgres()
+                took = self.server.restart() if self.server else cluster.restart_postgres()
             finally:
                 procfs.set_subreaper(True)
             # Leases may expire while the server is away; until the old owner's
