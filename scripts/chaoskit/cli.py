@@ -95,9 +95,19 @@ def parse_args(argv: list[str] | None) -> Config:
         help="also enqueue a workflow of N nodes (chains of diamonds with after=, some "
         "failing for good) as one batch with an on_complete handler",
     )
+    p.add_argument(
+        "--bulk-ops",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --batch-members: N bulk cancels and retries of the batch's members "
+        "(alternating) during the first half of the chaos",
+    )
     a = p.parse_args(argv)
     if (a.restart_server or a.private_server) and a.backend != "postgres":
         p.error("--restart-server and --private-server need --backend postgres")
+    if a.bulk_ops and a.batch_members <= 0:
+        p.error("--bulk-ops needs --batch-members")
     if a.stalls < 0 or a.freezes < 0:
         p.error("--stalls and --freezes take a count >= 0")
     return Config(
@@ -123,6 +133,7 @@ def parse_args(argv: list[str] | None) -> Config:
         quiet=a.quiet,
         batch_members=a.batch_members,
         workflow_nodes=a.workflow_nodes,
+        bulk_ops=a.bulk_ops,
     )
 
 

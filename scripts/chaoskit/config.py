@@ -74,3 +74,5 @@ class Config:
     batch_members: int = 0
     workflow_nodes: int = 0
     """Nodes of the chaos workflow (scripts/chaoskit/workflow.py); 0: none."""
+    bulk_ops: int = 0
+    """Bulk cancels and retries of the batch's members during the chaos (chaoskit/bulk.py)."""

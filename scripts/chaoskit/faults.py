@@ -10,6 +10,7 @@ import math
 import threading
 import time
 
+from scripts.chaoskit import bulk
 from scripts.chaoskit.batch import BatchPart
 from scripts.chaoskit.sidelog import wait_for
 from scripts.chaoskit.state import ChaosState
@@ -27,7 +28,10 @@ class Faults(ChaosState):
         duration = cfg.minutes * 60
         plan = self.plan()
         self.phase = "chaos"
-        self.batch = BatchPart(self.app, cfg.batch_members, self.say)
+        self.batch = BatchPart(
+            self.app, cfg.batch_members, self.say, queue=bulk.QUEUE if cfg.bulk_ops else None
+        )
+        self.batch.reopens = cfg.bulk_ops > 0
         self.batch.enqueue(self.seed, self.enqueue)
         self.workflow = WorkflowPart(self.app, cfg.workflow_nodes, self.say)
         self.workflow.enqueue_graph(self.seed, self.enqueue)
@@ -58,6 +62,7 @@ class Faults(ChaosState):
             seconds = self.rng.uniform(lo, hi)
             at = min(0.15 + 0.6 * (i + 0.5) / cfg.stalls, max(0.0, 0.9 - seconds / duration))
             stall_at.append((t0 + duration * at, seconds))
+        bulk_at = self.bulk.schedule(t0, duration)
         freeze_at = [t0 + duration * 0.8 * (i + 0.25) / cfg.freezes for i in range(cfg.freezes)]
         next_report = t0 + 10
         while True:
@@ -80,6 +85,8 @@ class Faults(ChaosState):
                 batch = schedule.pop(0)[1]
                 if batch:
                     self.enqueue(batch)
+            if bulk_at and bulk_at[0][0] <= now and not self.stalling.is_set() and not self.frozen:
+                self.bulk.run(bulk_at.pop(0)[1])
             while db_faults and db_faults[0][0] <= now:
                 self._db_fault(db_faults.pop(0)[1])
             self._thaw(due_only=True)

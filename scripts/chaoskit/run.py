@@ -104,7 +104,10 @@ class Chaos(Supervisors, Watchers, Workload, Faults, Invariants, Report):
                 i for i in infos.values() if i.state not in TERMINAL and kind_of(i.name) != "tick"
             ]
             self._overdue()
-            if not open_ or time.monotonic() > give_up:
+            if time.monotonic() > give_up:
+                break
+            # bulk-cancelled members are retried until none is left
+            if not open_ and not self.bulk.settle_step():
                 break
             time.sleep(0.5)
         self.figures["settle_s"] = round(time.monotonic() - t0, 1)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from scripts.chaoskit.batch import BatchPart
+from scripts.chaoskit.bulk import BulkOps
 from scripts.chaoskit.config import Config
 from scripts.chaoskit.workflow import WorkflowPart
 from tests.chaos import cluster
@@ -115,6 +116,7 @@ class ChaosState:
         self.app = chaos_jobs.app.using(self.db.dsn)
         self.batch: BatchPart | None = None
         """The run's batch part, made as the chaos starts."""
+        self.bulk = BulkOps(self.app, cfg.bulk_ops, self.say)
         self.workflow: WorkflowPart | None = None
         """The run's workflow part, made as the chaos starts."""
 
