@@ -9,14 +9,11 @@ import threading
 from typing import Any
 
 import msgspec
-import psycopg
 import pytest
-from psycopg import sql
 
 from procqueue import errors, models
 from procqueue.models import BatchState, JobState
 from procqueue.store import open_store
-from procqueue.store._pg_conninfo import split_dsn
 from procqueue.store.base import Store
 from procqueue.testing import wait_until
 from tests.store.factories import (
@@ -29,6 +26,7 @@ from tests.store.factories import (
     new_job,
     record,
 )
+from tests.store.held import HOLD_KEY, Held
 from tests.store.rawdb import RawDb
 
 HANDLER = "tests.jobs.on_batch"
@@ -351,43 +349,6 @@ def test_a_batch_row_that_does_not_decode_still_completes(store: Store, raw: Raw
     assert handlers(store) == []
 
 
-class HeldKey:
-    """PostgreSQL: a transaction of the test's own holding an uncommitted job
-    with key `key`, so that a transaction inserting the same key waits for it
-    (that is how the test pauses a transaction just after it completed a
-    batch: at the insert of the batch's handler). SQLite transactions never
-    interleave: there it holds nothing and every wait returns at once."""
-
-    def __init__(self, dsn: str, key: str) -> None:
-        self.conn: psycopg.Connection[Any] | None = None
-        if dsn.startswith("sqlite:"):
-            return
-        conninfo, schema = split_dsn(dsn)
-        self.conn = psycopg.connect(conninfo)
-        self.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-        self.conn.execute(
-            "INSERT INTO jobs (name, queue, state, max_attempts, args, key, backoff, run_at,"
-            " created_at) VALUES ('held', 'held', 'done', 1, '{}', %s, '{}', 0, 0)",
-            (key,),
-        )
-        self.pid = self.conn.info.backend_pid
-
-    def blocked_by(self, pid: int) -> int | None:
-        """The backend waiting for a lock `pid` holds, if any."""
-        assert self.conn is not None
-        with psycopg.connect(self.conn.info.dsn, autocommit=True) as c:
-            row = c.execute(
-                "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
-            ).fetchone()
-        return None if row is None else int(row[0])
-
-    def release(self) -> None:
-        if self.conn is not None:
-            self.conn.rollback()
-            self.conn.close()
-            self.conn = None
-
-
 def test_a_bulk_retry_racing_the_end_of_the_last_member_reopens_the_batch(
     store: Store, dsn: str
 ) -> None:
@@ -399,12 +360,14 @@ def test_a_bulk_retry_racing_the_end_of_the_last_member_reopens_the_batch(
     record(store, claim_exactly(store, failing), JobState.FAILED, error="boom")
     taken = claim_exactly(store, last)
     other = open_store(dsn)
-    held = HeldKey(dsn, f"batch:{id_}:1:complete")
+    # The ending waits at its handler's insert (the batch completed), for a job
+    # of the same key that a transaction of the test's own holds uncommitted.
+    held = Held(dsn, HOLD_KEY, (f"batch:{id_}:1:complete",))
     try:
         ending = threading.Thread(target=record, args=(other, taken, JobState.DONE))
         ending.start()
         ender = None
-        if held.conn is not None:  # the ending waits at its handler's insert, batch completed
+        if held.conn is not None:
             ender = wait_until(lambda: held.blocked_by(held.pid), what="the ending to wait")
         else:
             ending.join()

@@ -616,10 +616,20 @@ ON CONFLICT (job_id, depends_on) DO NOTHING
 RETURNING job_id
 
 -- dep_lock_dependents --
--- Locks, in id order, the blocked dependents of the given jobs, before they are decided.
+-- Locks, in id order, the blocked dependents of the given jobs before they are decided, and,
+-- below those that ended failed or cancelled, every blocked job downstream: the cancel may run
+-- down to them, level by level, and locking them then, after rows of a lower level with higher
+-- ids, would cross the id order another ending takes (a deadlock).
+WITH RECURSIVE down(id) AS (
+    SELECT e.job_id FROM job_deps e JOIN jobs r ON r.id = e.depends_on
+    WHERE e.depends_on = ANY(%(ids)s::bigint[]) AND r.state IN ('failed', 'cancelled')
+  UNION
+    SELECT e.job_id FROM job_deps e JOIN down ON e.depends_on = down.id
+)
 SELECT id FROM jobs
-WHERE state = 'blocked' AND id IN (SELECT job_id FROM job_deps
-                                   WHERE depends_on = ANY(%(ids)s::bigint[]))
+WHERE state = 'blocked'
+  AND (id IN (SELECT job_id FROM job_deps WHERE depends_on = ANY(%(ids)s::bigint[]))
+       OR id IN (SELECT id FROM down))
 ORDER BY id FOR UPDATE
 
 -- dep_cancel_dependents --

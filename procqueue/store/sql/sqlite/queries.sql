@@ -585,7 +585,9 @@ ON CONFLICT (job_id, depends_on) DO NOTHING
 RETURNING job_id
 
 -- dep_lock_dependents --
--- Locks, in id order, the blocked dependents of the given jobs, before they are decided.
+-- The blocked dependents of the given jobs, before they are decided (SQLite's write transactions
+-- never interleave: there is no lock to take, nor an order to keep, as PostgreSQL's dialect does
+-- for the blocked jobs downstream of a failure too).
 SELECT id FROM jobs
 WHERE state = 'blocked' AND id IN (SELECT job_id FROM job_deps
                                    WHERE depends_on IN (SELECT value FROM json_each(:ids)))
