@@ -199,7 +199,7 @@ def main(argv: list[str]) -> int:
 
 
 def forked_main(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
-    """A child forked from a fork server's template (``procqueue._forkserver``),
+    """A child forked from a fork server's template (``supervisor.children.forkserver``),
     which loaded `app` and never ran a job: what `main` and `serve` do around
     `serve_app`, without loading the app again. Returns the exit code."""
     set_title(f"procqueue child {index} starting")

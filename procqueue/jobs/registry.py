@@ -295,6 +295,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
                 name, job.arg_signature, args or {}, codec=self.codec, types=job.arg_types
             )
         o = parsed.options
+        # Field by field, so mypy checks each option against the column it fills.
         return models.NewJob(
             name=name,
             args=encoded,

@@ -163,30 +163,17 @@ class DepMethods:
             )
         return found
 
-    def job_parent_results(self, *, id: int) -> dict[int, bytes]:
-        """The results (JSON as stored) of the done dependencies of job `id`.
-
-        Raises:
-            _rows.Undecodable: one is not JSON text.
-        """
-        return parent_results(self._db, None, [id]).get(id, {})
-
 
 def parent_results(
-    db: _dialect.Dialect, tx: _dialect.Tx | None, ids: Sequence[int]
+    db: _dialect.Dialect, tx: _dialect.Tx, ids: Sequence[int]
 ) -> dict[int, dict[int, bytes]]:
-    """The results of the done dependencies of each of the jobs `ids`
-    (in `tx`, or a statement of its own when None).
+    """The results of the done dependencies of each of the jobs `ids`, read in `tx`.
 
     Raises:
         _rows.Undecodable: naming the first result that is not JSON text
             (None stands for JSON null).
     """
-    params = {"ids": db.array(list(ids))}
-    if tx is None:
-        rows = db.statement("dep_results_of", params, idempotent=True).rows
-    else:
-        rows = tx.execute("dep_results_of", params).fetchall()
+    rows = tx.execute("dep_results_of", {"ids": db.array(list(ids))}).fetchall()
     found: dict[int, dict[int, bytes]] = {}
     for r in rows:
         value = r["result"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import random
+from dataclasses import dataclass
 
 from procqueue import events, models, protocol
 from procqueue.child import crashlog
@@ -42,25 +43,19 @@ from procqueue.supervisor.lease import Lease
 from procqueue.supervisor.settings import Settings
 
 
+@dataclass(eq=False, kw_only=True)
 class Attempts:
     """The attempts one supervisor's children hold, and their unwritten outcomes."""
 
-    def __init__(
-        self,
-        *,
-        pool: Children,
-        clock: Clock,
-        settings: Settings,
-        lease: Lease,
-        events: events.EventStream,
-        rng: random.Random,
-    ) -> None:
-        self.pool = pool
-        self.clock = clock
-        self.settings = settings
-        self.lease = lease
-        self.events = events
-        self.rng = rng
+    pool: Children
+    clock: Clock
+    settings: Settings
+    lease: Lease
+    events: events.EventStream
+    rng: random.Random
+    """Draws the jitter of retry delays."""
+
+    def __post_init__(self) -> None:
         self.running: dict[int, Attempt] = {}
         """Child index -> the attempt it runs."""
         self.reserved: collections.deque[Attempt] = collections.deque()

@@ -254,7 +254,7 @@ def test_parent_results_are_the_done_dependencies_results(store: Store) -> None:
     claimed = claim_exactly(store, a)
     assert record(store, claimed, JobState.DONE, result=b'{"pages": 3}') == []
     end(store, b, JobState.FAILED)
-    assert store.job_parent_results(id=c) == {a: b'{"pages": 3}'}
+    assert claim_exactly(store, c).parents == {a: b'{"pages": 3}'}
 
 
 def test_promoting_10000_dependents_is_one_transaction_of_their_size(store: Store) -> None:
