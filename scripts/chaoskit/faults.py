@@ -226,7 +226,10 @@ class Faults(ChaosState):
                 self.drain(self.rng.choice(holding or ready))
                 self.drain_due = False
         elif r < 0.40:
-            self.kill_supervisor(target)
+            # One that supervises: on a loaded machine a start takes seconds, and
+            # killing starts alone would leave no supervisor running (nor cron).
+            if target.ready():
+                self.kill_supervisor(target)
         elif r < 0.92:
             self.kill_child(target)
 
