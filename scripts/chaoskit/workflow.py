@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import msgspec
@@ -122,9 +122,10 @@ class WorkflowPart(BatchPart):
         for n in self.nodes:
             levels.setdefault(n.level, []).append(n)
 
-        def plans() -> Iterator[Plan]:
+        def fill() -> None:
+            # level by level: a level's ids are known before the next names them
             for level in sorted(levels):
-                yield [
+                plan: Plan = [
                     (
                         J + "node",
                         {"seconds": n.seconds, "fail": n.fail},
@@ -137,15 +138,9 @@ class WorkflowPart(BatchPart):
                     )
                     for n in levels[level]
                 ]
-
-        def one_level(plan: Plan) -> None:
-            ids = enqueue(plan)
-            for _, _, _, key in plan:
-                self.nodes[int(key.rsplit(":", 1)[-1])].id = ids[key]
-
-        def fill() -> None:
-            for plan in plans():  # a level's ids are known before the next names them
-                one_level(plan)
+                ids = enqueue(plan)
+                for n in levels[level]:
+                    n.id = ids[n.key]
 
         self.open("chaos workflow", fill)
         edges = sum(len(n.parents) for n in self.nodes)
