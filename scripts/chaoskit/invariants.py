@@ -396,7 +396,7 @@ class Invariants(Figures):
                 )
                 state, attempts = s.drain["after"].get(job_id, ("unknown", None))
                 row_ok = (state == "pending" and attempts == run.attempt - 1) or (
-                    state in ("running", "done") and attempts == run.attempt
+                    state in ("reserved", "running", "done") and attempts == run.attempt
                 )
                 if not (nxt is not None and nxt.attempt == run.attempt) and not row_ok:
                     spent.append(
