@@ -88,6 +88,7 @@ def insert_params(job: models.NewJob, now: float) -> dict[str, Any]:
         "run_at": now if job.run_at is None else job.run_at,
         "now": now,
         "deadline_at": job.deadline_at,
+        "headers": _encode(job.headers).decode() if job.headers else None,
     }
 
 
@@ -191,6 +192,17 @@ class _Json:
         raw = self._raw(value)
         return raw.encode() if isinstance(raw, str) else raw
 
+    def headers(self, value: object) -> dict[str, str]:
+        """The text entries of a headers object; never raises: headers are
+        for tracing and logs, and a bad one must not stop the job."""
+        try:
+            decoded = None if value is None else self.value(value)
+        except Undecodable:
+            return {}
+        if not isinstance(decoded, dict):
+            return {}
+        return {k: v for k, v in decoded.items() if isinstance(v, str)}
+
     def strings(self, value: object) -> list[str]:
         decoded = self.value(value)
         if not isinstance(decoded, list) or not all(isinstance(s, str) for s in decoded):
@@ -258,6 +270,7 @@ def _claim_columns(json: _Json) -> tuple[tuple[str, str, Check], ...]:
         ("run_at", "run_at", _number),
         ("snoozes", "snoozes", _int),
         ("max_snoozes", "max_snoozes", _int),
+        ("headers", "headers", json.headers),
     )
 
 

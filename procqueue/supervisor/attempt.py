@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import msgspec
 
 from procqueue import codec, events, models, protocol
+from procqueue.jobs import hooks
 from procqueue.supervisor import retry
 
 PROGRESS_TEXT_MAX = 1000
@@ -229,4 +230,23 @@ def finished(
         seconds=ran,
         kill=None if a.kill is None else a.kill[0],
         asked=a.retry_asked,
+    )
+
+
+def died(
+    a: Attempt, exit_reason: str, outcome: models.Outcome | None, *, now: float
+) -> hooks.RunDied:
+    """What `on_run_died` hooks are told of `a`, whose child died at wall
+    time `now` (`outcome` None: its lease was lost)."""
+    return hooks.RunDied(
+        job_id=a.job.id,
+        name=a.job.name,
+        queue=a.job.queue,
+        attempt=a.job.attempt,
+        headers=a.job.headers,
+        exit_reason=exit_reason,
+        kill=None if a.kill is None else a.kill[0],
+        error=None if outcome is None else outcome.error,
+        started_at=a.started_wall,
+        ended_at=now,
     )

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from procqueue import errors, protocol
-from procqueue.store.base import Store
 from procqueue.supervisor.attempt import Attempt, json_fault
-from procqueue.supervisor.children.slots import Children
-from procqueue.supervisor.dbthread import DbCalls
+from procqueue.supervisor.dbpart import DbPart
 from procqueue.supervisor.faults import Faults
-from procqueue.supervisor.running import Attempts
-from procqueue.supervisor.settings import Settings
 
 PID_AFTER_S = 1.0
 """The child's pid is written for jobs that report progress or run this long."""
@@ -27,25 +24,12 @@ RESERVED_START_S = 0.1
 written: for one still running after this long, with its pid."""
 
 
-class AttemptWrites:
+@dataclass(eq=False, kw_only=True)
+class AttemptWrites(DbPart):
     """Submits one supervisor's writes about its running attempts."""
 
-    def __init__(
-        self,
-        *,
-        attempts: Attempts,
-        pool: Children,
-        store: Store,
-        db: DbCalls,
-        settings: Settings,
-        faults: Faults | None,
-    ) -> None:
-        self.attempts = attempts
-        self.pool = pool
-        self.store = store
-        self.db = db
-        self.settings = settings
-        self.faults = faults
+    faults: Faults | None
+    """Where a test kills a child inside a step (None: nowhere)."""
 
     def step(self, index: int, message: protocol.Step) -> None:
         """Saves a durable step the child in slot `index` reported, then lets
