@@ -106,3 +106,16 @@ def hop_chain(log: str, then: str) -> str:
     if then == "sleep":
         time.sleep(300)
     return "started"
+
+
+EVIL = "\x1b]0;PWN\x07\x1b[2J\r"
+"""Retitles and clears a terminal, then returns the cursor to overprint a line."""
+
+
+@app.job(max_attempts=1)
+def evil_output(cx: Context) -> str:
+    """Writes control characters to stdout and stderr, and fails with them."""
+    print(EVIL + f"job {cx.id} done", flush=True)
+    print(EVIL + "err", file=sys.stderr, flush=True)
+    cx.progress(EVIL + "progress")
+    raise RuntimeError(EVIL + "boom")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from procqueue import App, EnqueueError, JobState
 from procqueue.testing import wait_until
+from tests.chaos import cluster
 from tests.jobs import hostile_values
 from tests.procs import start_supervisor
 from tests.store.rawdb import RawDb
@@ -159,3 +161,20 @@ def test_a_pid_hopping_chain_does_not_outlive_its_job(
         wait_until(lambda: not hopping(log), timeout=10, what="the chain to end")
     finally:
         kill_chain(log)
+
+
+def test_child_output_and_errors_reach_the_log_escaped(dsn: str, tmp_path: Path) -> None:
+    log = tmp_path / "sup.log"
+    app = hostile_values.app.using(dsn)
+    sup = cluster.start_supervisor(dsn, spec=SPEC, log_path=log, workers=1, poll=0.05, cron=False)
+    try:
+        info = app.wait(app.enqueue(H + "evil_output", {}), timeout=30)
+        assert info.state == JobState.FAILED
+        wait_until(lambda: "\\x1b[2J\\x0derr" in log.read_text(), timeout=10, what="stderr")
+    finally:
+        sup.terminate()
+        sup.wait(timeout=30)
+        app.close()
+    text = log.read_text()
+    assert f"job {info.id} stdout: \\x1b]0;PWN\\x07\\x1b[2J\\x0djob {info.id} done" in text, text
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), repr(text)
