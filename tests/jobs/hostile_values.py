@@ -119,3 +119,23 @@ def evil_output(cx: Context) -> str:
     print(EVIL + "err", file=sys.stderr, flush=True)
     cx.progress(EVIL + "progress")
     raise RuntimeError(EVIL + "boom")
+
+
+@app.job(max_attempts=1)
+def close_output() -> str:
+    """Closes the child's stdout and stderr (fds 1 and 2)."""
+    os.close(1)
+    os.close(2)
+    return "closed"
+
+
+@app.job(max_attempts=1)
+def say(text: str) -> str:
+    print(text, flush=True)
+    print(text + " on stderr", file=sys.stderr, flush=True)
+    return text
+
+
+@app.job(max_attempts=1)
+def huge_error(mb: int) -> None:
+    raise RuntimeError("E" * (mb * 1024 * 1024))
