@@ -163,36 +163,38 @@ def test_a_pid_hopping_chain_does_not_outlive_its_job(
         kill_chain(log)
 
 
-def test_child_output_and_errors_reach_the_log_escaped(dsn: str, tmp_path: Path) -> None:
+@pytest.fixture
+def logged(dsn: str, tmp_path: Path) -> Iterator[tuple[App, Path]]:
+    """A real ``procqueue supervise`` of one child, its log in a file."""
     log = tmp_path / "sup.log"
     app = hostile_values.app.using(dsn)
     sup = cluster.start_supervisor(dsn, spec=SPEC, log_path=log, workers=1, poll=0.05, cron=False)
     try:
-        info = app.wait(app.enqueue(H + "evil_output", {}), timeout=30)
-        assert info.state == JobState.FAILED
-        wait_until(lambda: "\\x1b[2J\\x0derr" in log.read_text(), timeout=10, what="stderr")
+        yield app, log
     finally:
         sup.terminate()
         sup.wait(timeout=30)
         app.close()
+
+
+def test_child_output_and_errors_reach_the_log_escaped(logged: tuple[App, Path]) -> None:
+    app, log = logged
+    info = app.wait(app.enqueue(H + "evil_output", {}), timeout=30)
+    assert info.state == JobState.FAILED
+    wait_until(lambda: "\\x1b[2J\\x0derr" in log.read_text(), timeout=10, what="stderr")
     text = log.read_text()
     assert f"job {info.id} stdout: \\x1b]0;PWN\\x07\\x1b[2J\\x0djob {info.id} done" in text, text
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", text), repr(text)
 
 
-def test_a_job_closing_its_output_does_not_silence_the_next_jobs(dsn: str, tmp_path: Path) -> None:
-    log = tmp_path / "sup.log"
-    app = hostile_values.app.using(dsn)
-    sup = cluster.start_supervisor(dsn, spec=SPEC, log_path=log, workers=1, poll=0.05, cron=False)
-    try:
-        closer = app.wait(app.enqueue(H + "close_output", {}), timeout=30)
-        assert closer.state == JobState.DONE
-        after = app.wait(app.enqueue(H + "say", {"text": "still heard"}), timeout=30)
-        assert after.state == JobState.DONE
-        assert after.history[-1].child_pid == closer.history[-1].child_pid  # the same child
-        wait_until(lambda: "still heard on stderr" in log.read_text(), timeout=10, what="stderr")
-        assert f"job {after.id} stdout: still heard" in log.read_text()
-    finally:
-        sup.terminate()
-        sup.wait(timeout=30)
-        app.close()
+def test_a_job_closing_its_output_does_not_silence_the_next_jobs(
+    logged: tuple[App, Path],
+) -> None:
+    app, log = logged
+    closer = app.wait(app.enqueue(H + "close_output", {}), timeout=30)
+    assert closer.state == JobState.DONE
+    after = app.wait(app.enqueue(H + "say", {"text": "still heard"}), timeout=30)
+    assert after.state == JobState.DONE
+    assert after.history[-1].child_pid == closer.history[-1].child_pid  # the same child
+    wait_until(lambda: "still heard on stderr" in log.read_text(), timeout=10, what="stderr")
+    assert f"job {after.id} stdout: still heard" in log.read_text()
