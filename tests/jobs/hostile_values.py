@@ -139,3 +139,14 @@ def say(text: str) -> str:
 @app.job(max_attempts=1)
 def huge_error(mb: int) -> None:
     raise RuntimeError("E" * (mb * 1024 * 1024))
+
+
+def _crash_here() -> None:
+    import ctypes
+
+    ctypes.string_at(0)  # SIGSEGV
+
+
+@app.job(max_attempts=1)
+def segfault() -> None:
+    _crash_here()

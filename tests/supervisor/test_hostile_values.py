@@ -198,3 +198,17 @@ def test_a_job_closing_its_output_does_not_silence_the_next_jobs(
     assert after.history[-1].child_pid == closer.history[-1].child_pid  # the same child
     wait_until(lambda: "still heard on stderr" in log.read_text(), timeout=10, what="stderr")
     assert f"job {after.id} stdout: still heard" in log.read_text()
+
+
+def test_a_crash_stack_shows_the_jobs_frames_not_procqueues(
+    live: tuple[App, subprocess.Popen[bytes]],
+) -> None:
+    app, sup = live
+    info = app.wait(app.enqueue(H + "segfault", {}), timeout=30)
+    error = info.error or ""
+    assert info.state == JobState.FAILED and "SIGSEGV" in error, error
+    frames = [line.strip() for line in error.splitlines() if line.strip().startswith("File ")]
+    assert any("in _crash_here" in f for f in frames), error
+    assert not any("/procqueue/" in f for f in frames), error
+    assert "procqueue's own" in error, error
+    still_runs(app, sup)
