@@ -150,3 +150,13 @@ def _crash_here() -> None:
 @app.job(max_attempts=1)
 def segfault() -> None:
     _crash_here()
+
+
+@app.job(max_attempts=2, backoff={"base": 0.0, "jitter": False})
+def fails(why: str) -> None:
+    raise ValueError(why)
+
+
+@app.job(max_attempts=1)
+def sleeps(seconds: float) -> None:
+    time.sleep(seconds)

@@ -18,6 +18,7 @@ import pytest
 from procqueue import App, EnqueueError, JobState
 from procqueue.testing import wait_until
 from tests.chaos import cluster
+from tests.cli.test_commands import run
 from tests.jobs import hostile_values
 from tests.procs import start_supervisor
 from tests.store.rawdb import RawDb
@@ -212,3 +213,27 @@ def test_a_crash_stack_shows_the_jobs_frames_not_procqueues(
     assert not any("/procqueue/" in f for f in frames), error
     assert "procqueue's own" in error, error
     still_runs(app, sup)
+
+
+def test_a_timed_out_job_keeps_no_pid(live: tuple[App, subprocess.Popen[bytes]]) -> None:
+    app, _ = live
+    info = app.wait(app.enqueue(H + "sleeps", {"seconds": 60}, timeout=2.0), timeout=30)
+    assert info.state == JobState.FAILED and "timed out" in (info.error or ""), info.error
+    assert info.pid is None
+    assert info.history[-1].child_pid is not None  # the history keeps it
+
+
+def test_batch_show_prints_each_failed_members_error_line(
+    live: tuple[App, subprocess.Popen[bytes]], capsys: pytest.CaptureFixture[str], dsn: str
+) -> None:
+    app, _ = live
+    with app.batch(name="b") as b:
+        ids = [app.enqueue(H + "fails", {"why": f"reason {n}"}) for n in range(2)]
+    for id_ in ids:
+        app.wait(id_, timeout=30)
+    code, out, err = run(capsys, "batch", "show", str(b.id), "--dsn", dsn)
+    assert code == 0, err
+    for n, id_ in enumerate(ids):
+        line = next(x for x in out.splitlines() if x.strip().startswith(str(id_)))
+        assert f"ValueError: reason {n}" in line, out
+    assert "gave up after" not in out, out
