@@ -98,6 +98,16 @@ def test_a_web_request_span_is_the_parent_of_the_childs_process_span(
     assert process["status"] == "UNSET"
 
 
+def test_an_async_jobs_own_spans_nest_in_its_process_span(app: App, spans_file: Path) -> None:
+    with supervising(app, SPEC, workers=1):
+        job_id = app.enqueue(JOB + "fetch_async", {"n": 4})
+        assert finished(app, job_id).result == 4
+        spans = exported(spans_file, process_spans(job_id), "the process span")
+    (process,) = process_spans(job_id)(spans)
+    inner = one(spans, name="inside the async job")
+    assert inner["parent_id"] == process["span_id"]
+
+
 def test_a_retry_is_a_new_trace_linked_to_the_enqueue_and_errors_are_recorded(
     app: App, spans_file: Path
 ) -> None:
