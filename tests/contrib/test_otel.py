@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
 from procqueue import App, JobState
+from procqueue.contrib.otel import instrument
 from procqueue.testing import supervising, wait_until
 from tests.helpers import finished
 from tests.jobs import traced
@@ -188,3 +192,32 @@ def test_procqueue_never_imports_opentelemetry_itself(tmp_path: Path) -> None:
         timeout=120,
     )
     assert out.stdout.strip() == "done [] []", out.stderr
+
+
+def test_the_process_duration_metric_is_recorded_with_the_outcome() -> None:
+    reader = InMemoryMetricReader()
+    app = App("sqlite:///unused.db")
+    app.job(name="ok")(lambda: 1)
+
+    @app.job(name="bad")
+    def bad() -> None:
+        raise KeyError("x")
+
+    instrument(app, tracer_provider=TracerProvider(), meter_provider=MeterProvider([reader]))
+    assert app.run_inline("ok") == 1
+    with pytest.raises(KeyError):
+        app.run_inline("bad")
+    data = reader.get_metrics_data()
+    assert data is not None
+    (metric,) = [
+        m
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "messaging.process.duration"
+    ]
+    assert metric.unit == "s"
+    points = {p.attributes.get("error.type"): p for p in metric.data.data_points}
+    assert set(points) == {None, "KeyError"}
+    assert all(p.count == 1 and p.sum >= 0 for p in points.values())
+    assert points[None].attributes["messaging.system"] == "procqueue"
