@@ -18,6 +18,10 @@ O(its dependents), and is idempotent (resolved edges are passed over).
 The dependents are locked in id order before they are decided: of two
 transactions ending a job's last two dependencies at once, the second to
 take the lock sees the first's edge resolved, so one of them promotes it.
+Below a job that failed or was cancelled, every blocked job downstream is
+locked in the same statement, in the same order: the cancel runs down level
+by level, and a later level's lock taken then would cross another ending's
+id order (a deadlock of two endings deciding shared dependents).
 An enqueue locks the jobs it names (``FOR SHARE``) before it writes its
 edges, so none of them can end unseen in between.
 

@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from procqueue import errors, models
+from procqueue import codec, errors, models
 
 T = TypeVar("T")
 
@@ -52,14 +52,17 @@ def json_text(value: bytes, what: str) -> str:
     """`value` as text for a JSON column.
 
     Raises:
-        errors.StoreRejected: `value` is not UTF-8, or not JSON; `what` names it.
+        errors.StoreRejected: `value` is not UTF-8, not JSON, or nested
+            deeper than `codec.MAX_DEPTH`; `what` names it.
     """
+    if codec.too_deep(value):
+        raise errors.StoreRejected(f"{what} is nested deeper than {codec.MAX_DEPTH} levels")
     try:
         text = value.decode()
         msgspec.json.decode(value)
     except UnicodeDecodeError as exc:
         raise errors.StoreRejected(f"{what} is not valid UTF-8: {exc.reason}") from None
-    except msgspec.DecodeError as exc:
+    except codec.DECODE_ERRORS as exc:
         raise errors.StoreRejected(f"{what} is not valid JSON: {exc}") from None
     return text
 
@@ -174,7 +177,7 @@ class _Json:
     def value(self, value: object) -> Any:
         try:
             return msgspec.json.decode(self._raw(value))
-        except msgspec.DecodeError as exc:
+        except codec.DECODE_ERRORS as exc:  # RecursionError: nested deeper than this stack
             raise Undecodable(f"invalid JSON ({exc})") from None
 
     def mapping(self, value: object) -> dict[str, Any]:
@@ -212,7 +215,7 @@ class _Json:
                 return decoder.decode(self._raw(value))
             except msgspec.ValidationError as exc:
                 raise Undecodable(f"unexpected JSON ({exc})") from None
-            except msgspec.DecodeError as exc:
+            except codec.DECODE_ERRORS as exc:
                 raise Undecodable(f"invalid JSON ({exc})") from None
 
         return check

@@ -108,10 +108,15 @@ class Attempts:
         ]
 
     def place(self) -> None:
-        """Hands reserved jobs, oldest first, to the children that are idle."""
+        """Hands reserved jobs, oldest first, to the children that are idle.
+        A reserved job whose lease has run out (this supervisor was stopped
+        meanwhile) is dropped, never started: another may have run it already."""
         if not self.reserved:
             return
+        wall = self.clock.now()
         for index in self.idle():
+            while self.reserved and self.lease.expired(self.reserved[0].lease_until, wall):
+                self.unreserve(self.reserved[0], None)
             if not self.reserved:
                 return
             self._place(index, self.reserved.popleft())

@@ -509,6 +509,12 @@ SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
 WHERE batch_id = :id AND state = 'failed'
 RETURNING id
 
+-- batch_lock_of_reopened --
+-- The batches of the given jobs whatever their states (SQLite's write transactions never
+-- interleave: reading them is all the PostgreSQL dialect's lock amounts to here).
+SELECT id FROM batches
+WHERE id IN (SELECT batch_id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)))
+
 -- batch_reopen_of_jobs --
 -- The completed batches of jobs that run again are running again (their next completion counts anew).
 UPDATE batches SET completed_at = NULL, cancelled_at = NULL
@@ -579,7 +585,9 @@ ON CONFLICT (job_id, depends_on) DO NOTHING
 RETURNING job_id
 
 -- dep_lock_dependents --
--- Locks, in id order, the blocked dependents of the given jobs, before they are decided.
+-- The blocked dependents of the given jobs, before they are decided (SQLite's write transactions
+-- never interleave: there is no lock to take, nor an order to keep, as PostgreSQL's dialect does
+-- for the blocked jobs downstream of a failure too).
 SELECT id FROM jobs
 WHERE state = 'blocked' AND id IN (SELECT job_id FROM job_deps
                                    WHERE depends_on IN (SELECT value FROM json_each(:ids)))
