@@ -70,6 +70,10 @@ class Invariants(Figures):
         if self.workflow is not None:
             for found in self.workflow.check_graph(ev.infos, ev.by_id):
                 self.check(*found)
+            span = self.workflow.span
+            with self.lock:
+                during = Counter(e["kind"] for e in self.events if span[0] <= e["t"] <= span[1])
+            self.figures["workflow"] = {"seconds": round(span[1] - span[0], 1), "faults": during}
 
     def _analyse_jobs(self) -> Evidence:
         """Every invariant over the jobs, in the order the report lists them;

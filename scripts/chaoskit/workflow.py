@@ -81,7 +81,7 @@ def shape(nodes: int, seed: int) -> list[Node]:
                         [hub, *twin],
                         fail=rng.random() < 0.02,
                         allow_failure=rng.random() < 0.1,
-                        seconds=rng.uniform(0.01, 0.08),
+                        seconds=rng.uniform(0.05, 0.25),
                     )
                 )
                 fan.append(len(out) - 1)
@@ -108,6 +108,8 @@ class WorkflowPart(BatchPart):
     def __init__(self, app: App, nodes: int, say: Callable[[str], None]) -> None:
         super().__init__(app, nodes, say)
         self.nodes: list[Node] = []
+        self.span = (0.0, 0.0)
+        """(made, completed) of the batch, UNIX times, once checked."""
 
     def enqueue_graph(self, seed: int, enqueue: Callable[[Plan], dict[str, int]]) -> None:
         """Enqueues the graph as one batch, one level per call of `enqueue`
@@ -303,11 +305,9 @@ class WorkflowPart(BatchPart):
                 problems.append(f"{h.key} got {(fired.done, fired.failed, fired.cancelled)}")
             if h.state != JobState.DONE or sum(a.outcome == "done" for a in history) != 1:
                 problems.append(f"{h.key} is {h.state} after {len(history)} attempts")
-        took = (
-            f"{(batch.finished_at - batch.created_at).total_seconds():.1f}s"
-            if batch.finished_at
-            else "never"
-        )
+        made = batch.created_at.timestamp()
+        self.span = (made, batch.finished_at.timestamp() if batch.finished_at else made)
+        took = f"{self.span[1] - made:.1f}s" if batch.finished_at else "never"
         return verdict(
             "workflow: the batch completed once, after its last node; on_complete enqueued "
             "once and done once",
