@@ -81,7 +81,7 @@ def shape(nodes: int, seed: int) -> list[Node]:
                         [hub, *twin],
                         fail=rng.random() < 0.02,
                         allow_failure=rng.random() < 0.1,
-                        seconds=rng.uniform(0.05, 0.25),
+                        seconds=rng.uniform(0.02, 0.12),
                     )
                 )
                 fan.append(len(out) - 1)
