@@ -67,7 +67,7 @@ class Invariants(Figures):
             self.check(*found)
         if self.cfg.bulk_ops:
             self.figures["bulk"] = self.bulk.figures()
-        if self.workflow is not None:
+        if self.workflow is not None and self.workflow.nodes:
             for found in self.workflow.check_graph(ev.infos, ev.by_id):
                 self.check(*found)
             span = self.workflow.span
