@@ -164,15 +164,7 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
                     error=f"unknown job {message.name!r} in {spec}",
                 )
             else:
-                reply = runner.execute(
-                    job,
-                    job_id=message.job_id,
-                    attempt=message.attempt,
-                    encoded=message.args,
-                    channel=channel,
-                    guard=guard,
-                    loop=loop,
-                )
+                reply = runner.execute(job, message, channel=channel, guard=guard, loop=loop)
             _reap_leftovers()
             sys.stdout.flush()
             sys.stderr.flush()

@@ -12,10 +12,8 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import msgspec
-
 from procqueue import errors, protocol
-from procqueue.supervisor.attempt import Attempt
+from procqueue.supervisor.attempt import Attempt, json_fault
 from procqueue.supervisor.dbpart import DbPart
 from procqueue.supervisor.faults import Faults
 
@@ -51,11 +49,9 @@ class AttemptWrites(DbPart):
             words = f"killed by fault injector in step {message.name!r}"
             self.attempts.kill(a, "error", words, hard=True)
             return
-        try:
-            msgspec.json.decode(message.value)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            words = f"step {message.name!r} is not valid JSON: {exc}"
-            self.attempts.kill(a, "error", words, hard=True)
+        fault = json_fault(message.value)
+        if fault is not None:
+            self.attempts.kill(a, "error", f"step {message.name!r} {fault}", hard=True)
             return
 
         def saved(ok: bool) -> None:

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import collections
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from procqueue import events, models, protocol
 from procqueue.child import crashlog
 from procqueue.clock import Clock
+from procqueue.jobs.hooks import RunDied
 from procqueue.supervisor.attempt import (
     Attempt,
     as_ended,
     cancelled,
+    died,
     finished,
     handed_back,
     history_name,
@@ -54,6 +57,8 @@ class Attempts:
     events: events.EventStream
     rng: random.Random
     """Draws the jitter of retry delays."""
+    on_died: Callable[[RunDied], None] | None = None
+    """Told of each attempt whose child died (the App's `on_run_died` hooks)."""
 
     def __post_init__(self) -> None:
         self.running: dict[int, Attempt] = {}
@@ -128,6 +133,8 @@ class Attempts:
             steps={name: bytes(raw) for name, raw in job.steps.items()},
             lease=self.lease.left(a.lease_until, self.clock.now()),
             parents=job.parents,
+            queue=job.queue,
+            headers=job.headers,
         )
         self._run(a)
         if not self.pool.send(index, message):
@@ -236,10 +243,13 @@ class Attempts:
             return
         stack = crashlog.collect(death.pid)  # a fatal signal's Python stack, for its history
         outcome = killed(a, death.reason, stack=stack, now=self.clock.now(), rng=self.rng)
+        exit_reason = short_exit(death.reason)
         if outcome is None:
             self._finished(a, None, "lost")
         else:
-            self.record(a, outcome, exit_reason=short_exit(death.reason))
+            self.record(a, outcome, exit_reason=exit_reason)
+        if self.on_died is not None:
+            self.on_died(died(a, exit_reason, outcome, now=self.clock.now()))
 
     def record(
         self, a: Attempt, outcome: models.Outcome, *, exit_reason: str | None = None

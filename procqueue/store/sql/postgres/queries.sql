@@ -22,12 +22,12 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (%(version)s, %(now)s)
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
                   timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at,
-                  batch_id, allow_failure, max_snoozes)
+                  batch_id, allow_failure, max_snoozes, headers)
 VALUES (%(name)s, %(queue)s, 'pending', %(priority)s, %(max_attempts)s, %(args)s::json,
         %(key)s::text, %(serial_key)s::text, %(tags)s::jsonb, %(timeout)s::float8,
         %(max_memory)s::integer, %(backoff)s::jsonb, %(on_failure)s::text, %(run_at)s::float8,
         %(now)s, %(deadline_at)s::float8, %(batch_id)s::bigint, %(allow_failure)s::boolean,
-        %(max_snoozes)s::integer)
+        %(max_snoozes)s::integer, %(headers)s::json)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -96,7 +96,7 @@ SET state = 'running', owner = %(owner)s,
     started_at = CASE WHEN id = ANY(%(started)s::bigint[]) THEN %(now)s::float8 END
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at, snoozes, max_snoozes,
+          deadline_at, serial_key, run_at, snoozes, max_snoozes, headers,
           EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps,
           (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
            FROM job_steps s WHERE s.job_id = jobs.id) AS steps

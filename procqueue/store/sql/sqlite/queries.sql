@@ -20,10 +20,10 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (:version, :now)
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
                   timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at,
-                  batch_id, allow_failure, max_snoozes)
+                  batch_id, allow_failure, max_snoozes, headers)
 VALUES (:name, :queue, 'pending', :priority, :max_attempts, :args, :key, :serial_key, :tags,
         :timeout, :max_memory, :backoff, :on_failure, :run_at, :now, :deadline_at, :batch_id,
-        :allow_failure, :max_snoozes)
+        :allow_failure, :max_snoozes, :headers)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -89,7 +89,7 @@ SET state = 'running', owner = :owner, lease_until = :lease_until,
     started_at = CASE WHEN id IN (SELECT value FROM json_each(:started)) THEN :now END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at, snoozes, max_snoozes,
+          deadline_at, serial_key, run_at, snoozes, max_snoozes, headers,
           EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps,
           (SELECT json_group_object(s.name, json(s.value))
            FROM job_steps s
