@@ -321,6 +321,9 @@ SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), claimed_at,
        %(exit_reason)s::text, %(error)s::text, %(peak_memory)s::float8
 FROM jobs WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
   AND (%(owner)s::text = '' OR owner = %(owner)s::text)
+-- The row is locked as it is read: a rescue or another outcome changing it meanwhile is
+-- waited for and the row read again, so no row tells an ending that the fence then refuses.
+FOR UPDATE
 RETURNING job_id
 
 -- attempt_record_lost --
@@ -332,6 +335,9 @@ SELECT id, attempts, owner, pid, claimed_at, started_at, %(now)s::float8, 'lost'
        'its lease ran out: its supervisor stopped renewing it', NULL
 FROM jobs WHERE state = 'running'
   AND (lease_until < %(now)s::float8 OR lease_until IS NULL OR lease_until = 'NaN'::float8)
+-- Locked as read (in id order), as attempt_record is: an outcome or a renewal committed
+-- meanwhile is seen, and its job neither rescued nor said to be.
+ORDER BY id FOR UPDATE
 
 -- attempt_list --
 -- Every recorded attempt of one job, oldest first.
