@@ -6,6 +6,8 @@ errors. `migrate`, `enqueue` and `supervise` still create."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -100,3 +102,21 @@ def test_migrate_then_reading_works(capsys: pytest.CaptureFixture[str], dsn: str
     assert created(dsn)
     code, out, err = run(capsys, "jobs", "--dsn", dsn)
     assert code == 0 and out == "", err
+
+
+def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -> None:
+    """SIGINT arrives (as a KeyboardInterrupt) while the entry point imports
+    the command line's modules."""
+    code = (
+        "import signal, procqueue\n"
+        "def interrupt(*_):\n"
+        "    raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGALRM, interrupt)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.005)\n"
+        "from procqueue.cli import entry\n"
+        "raise SystemExit(entry())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "jobs"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (130, "")
