@@ -150,6 +150,19 @@ class NewJob(msgspec.Struct, frozen=True):
     """Pending once its dependencies are terminal, whatever their states."""
     max_snoozes: int = 100
     """How many times it may snooze before a snooze fails it."""
+    group: str | None = None
+    """Claims rotate across the groups of a queue and priority."""
+    group_limit: int | None = None
+    """At most this many jobs of its group held (running or reserved) at once."""
+    rate_limit: str | None = None
+    """At most N starts of jobs of its name per window (``"N/s"``, ``"N/m"``, ``"N/h"``)."""
+    group_rate: str | None = None
+    """At most N starts of jobs of its group per window."""
+    debounce: float | None = None
+    """With `key`: an enqueue finding the key pending replaces its args and
+    moves its run_at to now + debounce (see `debounce_max`)."""
+    debounce_max: float = 60.0
+    """Seconds after the first enqueue past which debouncing never delays it."""
 
 
 class Dependency(msgspec.Struct, frozen=True):
@@ -265,6 +278,37 @@ def owner_parts(owner: str | None) -> tuple[str | None, int | None]:
     return host or None, int(pid) if pid.isdigit() else None
 
 
+RATE_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class Rate(msgspec.Struct, frozen=True):
+    """At most `count` starts per sliding window of `period` seconds."""
+
+    count: int
+    period: float
+
+    @property
+    def text(self) -> str:
+        unit = next(u for u, s in RATE_PERIODS.items() if s == self.period)
+        return f"{self.count}/{unit}"
+
+
+def parse_rate(text: object) -> Rate:
+    """``"N/s"``, ``"N/m"`` or ``"N/h"`` with N from 1 to 2**31-1.
+
+    Raises ValueError saying what is expected.
+    """
+    expected = f'a rate is "N/s", "N/m" or "N/h" with N from 1 to {INT32[1]}, got {text!r}'
+    if not isinstance(text, str) or text.count("/") != 1:
+        raise ValueError(expected)
+    count, unit = text.split("/")
+    if not count.isascii() or not count.isdigit() or unit not in RATE_PERIODS:
+        raise ValueError(expected)
+    if not 1 <= int(count) <= INT32[1]:
+        raise ValueError(expected)
+    return Rate(int(count), RATE_PERIODS[unit])
+
+
 class Throughput(msgspec.Struct, frozen=True):
     """Jobs that ended per UTC minute, as the store counted them."""
 
@@ -296,6 +340,10 @@ class QueueInfo(msgspec.Struct, frozen=True):
     limit_by: str | None = None
     """Who set the limit (``operator``, or ``supervise on HOST:PID``)."""
     limit_at: dt.datetime | None = None
+    rate: str | None = None
+    """Queue-wide starts per window (``"100/m"``), None when unlimited."""
+    rate_used: int = 0
+    """Starts counted in the current window of `rate`."""
 
 
 class BatchState(enum.StrEnum):
