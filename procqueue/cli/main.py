@@ -79,6 +79,13 @@ DEMO_HELP = "run a self-contained demo on an embedded SQLite file"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
 
+def _rate(text: str) -> str:
+    try:
+        return models.parse_rate(text).text
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (docs/cli.md documents every part of it)."""
     dsn_help = "database (default: $PROCQUEUE_DSN, the config file, sqlite:///procqueue.db)"
@@ -164,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("pause", "stop new claims from Q"),
         ("resume", "claim from Q again"),
         ("limit", "set (N) or clear (--clear) Q's cluster-wide limit"),
+        ("rate", "set (N/s, N/m, N/h) or clear (--clear) Q's cluster-wide start rate"),
     ):
         a = actions.add_parser(
             action, help=text, description=text, parents=[common], allow_abbrev=False
@@ -172,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "limit":
             a.add_argument("limit", type=render.positive_int, nargs="?", metavar="N")
             a.add_argument("--clear", action="store_true", help="no limit")
+        if action == "rate":
+            a.add_argument("rate", type=_rate, nargs="?", metavar="N/PERIOD")
+            a.add_argument("--clear", action="store_true", help="no rate")
         if action != "resume":
             a.add_argument("--create", action="store_true", help="even if Q has no jobs yet")
 

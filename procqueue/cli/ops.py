@@ -55,6 +55,15 @@ def cmd_queues(args: argparse.Namespace, app: App) -> int:
         else:
             print(f"queue {args.queue}: at most {args.limit} running at once, cluster-wide")
         return 0
+    if args.action == "rate":
+        if args.clear == (args.rate is not None):
+            raise UsageError("queues rate takes either N/PERIOD or --clear")
+        app.set_rate(args.queue, args.rate, create=create)
+        if args.rate is None:
+            print(f"queue {args.queue}: rate cleared (no rate)")
+        else:
+            print(f"queue {args.queue}: at most {args.rate} starts, cluster-wide")
+        return 0
     queues = app.queues()
     if getattr(args, "json", False):
         for q in queues:

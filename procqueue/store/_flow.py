@@ -75,6 +75,11 @@ def record(db: _dialect.Dialect, tx: _dialect.Tx, choice: _claim.Choice, now: fl
         tx.execute("flow_group_served", {"groups": db.array(groups), "now": now})
 
 
+def held_back(tx: _dialect.Tx, now: float) -> list[str]:
+    """The spent rates that hold back due pending work now (``rate KEY``)."""
+    return [str(r["held"]) for r in tx.execute("flow_held_back", {"now": now}).fetchall()]
+
+
 def inserted(
     db: _dialect.Dialect, tx: _dialect.Tx, jobs: Sequence[models.NewJob], now: float
 ) -> None:

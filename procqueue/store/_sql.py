@@ -253,6 +253,8 @@ class SqlStore(
                 # Limits reached within this round hid the jobs behind them:
                 # read again, past the work now spent (its rows are taken).
                 rows = [r for q in _CANDIDATES for r in tx.execute(q, params).fetchall()]
+            if len(claimed) < count:  # what the candidates' filters held back, named
+                throttled.update(dict.fromkeys(_flow.held_back(tx, now)))
         return _claim.Cycle(lost=lost, claimed=claimed, throttled=list(throttled))
 
     def _take(

@@ -161,3 +161,17 @@ def test_debounce_never_touches_a_running_job(store: Store) -> None:
     assert insert(store, new_job(key="k", debounce=1.0, args={"n": 2}), now=BASE + 2) == [id_]
     info = get(store, id_)
     assert (info.state, info.args) == (models.JobState.RUNNING, {"n": 1})
+
+
+def test_a_claim_names_the_limits_that_held_work_back(store: Store) -> None:
+    insert(store, *[new_job(rate_limit="1/m") for _ in range(3)])
+    insert(store, *[new_job(name="tests.jobs.other", group="g", group_limit=1) for _ in range(3)])
+    first = store.job_record_and_claim(
+        outcomes=(), owner="o", queues=None, count=4, lease_until=BASE + LEASE, now=BASE
+    )
+    assert len(first.claimed) == 2
+    assert set(first.throttled) == {"rate job:tests.jobs.echo", "group_limit g"}
+    again = store.job_record_and_claim(
+        outcomes=(), owner="o", queues=None, count=4, lease_until=BASE + LEASE, now=BASE + 1
+    )
+    assert (again.claimed, again.throttled) == ([], ["group_limit g", "rate job:tests.jobs.echo"])

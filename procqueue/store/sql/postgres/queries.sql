@@ -216,6 +216,25 @@ WHERE s.key = %(key)s AND s.at > %(now)s::float8 - l.period ORDER BY s.at
 -- How many jobs of a group are held (running or reserved).
 SELECT count(*) AS n FROM jobs WHERE state = 'running' AND group_key = %(group)s
 
+-- flow_held_back --
+-- The rates spent and group limits reached now that hold back due pending work (for a claim
+-- that came back short); the groups are found from their held jobs.
+SELECT 'rate ' || l.key AS held FROM flow_limits l
+WHERE l.rate <= (SELECT count(*) FROM flow_starts s WHERE s.key = l.key AND s.at > %(now)s::float8 - l.period)
+  AND EXISTS (SELECT 1 FROM jobs j
+              WHERE j.state = 'pending' AND j.run_at <= %(now)s::float8
+                AND (l.key = 'queue:' || j.queue
+                     OR (j.rate_limit IS NOT NULL AND l.key = 'job:' || j.name)
+                     OR (j.group_rate IS NOT NULL AND l.key = 'group:' || j.group_key)))
+UNION ALL
+SELECT 'group_limit ' || h.group_key AS held
+FROM (SELECT group_key, count(*) AS n FROM jobs WHERE state = 'running' AND group_key IS NOT NULL
+      GROUP BY group_key) h
+WHERE EXISTS (SELECT 1 FROM jobs j
+              WHERE j.group_key = h.group_key AND j.state = 'pending' AND j.run_at <= %(now)s::float8
+                AND j.group_limit <= h.n)
+ORDER BY held
+
 -- job_flow --
 -- What decides when one job may start, for saying why it waits.
 SELECT state, name, queue, group_key, group_limit, rate_limit, group_rate FROM jobs WHERE id = %(id)s
