@@ -102,6 +102,9 @@ def choose(
     for c in sorted(candidates, key=lambda c: (-c.priority, c.run_at, c.id)):
         lanes.setdefault(c.group if c.group is not None else ("job", c.id), []).append(c)
     served_at = {g: lane[0].served_at or 0.0 for g, lane in lanes.items() if isinstance(g, str)}
+    # A group served now goes behind every group seen, even one served by a
+    # supervisor whose clock is ahead of this one's.
+    stamp = max([now, *served_at.values()])
     heap = [(_rank(lane[0], served_at), lane_id) for lane_id, lane in enumerate(lanes.values())]
     lane_list = list(lanes.values())
     heapq.heapify(heap)
@@ -127,7 +130,7 @@ def choose(
                 starts.append((key, now))
             if c.group is not None:
                 held[c.group] = held.get(c.group, 0) + 1
-                served[c.group] = served_at[c.group] = now + len(taken) * 1e-6
+                served[c.group] = served_at[c.group] = stamp + len(taken) * 1e-6
         elif refused:
             throttled[refused] = None
         if lane:

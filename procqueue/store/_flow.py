@@ -71,8 +71,9 @@ def record(db: _dialect.Dialect, tx: _dialect.Tx, choice: _claim.Choice, now: fl
         tx.execute("flow_start_add", {"keys": db.array(keys), "now": now})
         tx.execute("flow_starts_trim", {"keys": db.array(sorted(set(keys))), "now": now})
     if choice.served:
-        groups = [g for g, _ in sorted(choice.served, key=lambda s: s[1])]
-        tx.execute("flow_group_served", {"groups": db.array(groups), "now": now})
+        served = sorted(choice.served, key=lambda s: s[1])
+        base = served[0][1] - 1e-6
+        tx.execute("flow_group_served", {"groups": db.array([g for g, _ in served]), "base": base})
 
 
 def held_back(tx: _dialect.Tx, now: float) -> list[str]:

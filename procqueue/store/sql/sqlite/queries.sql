@@ -102,7 +102,7 @@ ORDER BY priority DESC, run_at, id
 LIMIT :limit
 
 -- job_group_heads --
--- job_candidates, among the first due job of each group in serving order (least recently
+-- job_candidates, among the first 4 due jobs of each group in serving order (least recently
 -- served first): the jobs that let a claim rotate across groups whatever their backlogs.
 -- Probes each group's jobs_group_claim range.
 WITH spent AS (
@@ -121,11 +121,13 @@ SELECT id, queue, serial_key, group_key, priority, run_at,
        CASE WHEN 'queue:' || queue IN (SELECT key FROM flow_limits) THEN 'queue:' || queue END
        AS queue_rate_key
 FROM jobs
-WHERE id IN (SELECT (SELECT h.id FROM jobs h
-                     WHERE h.group_key = f.group_key AND h.group_key IS NOT NULL
-                       AND h.state = 'pending' AND h.run_at <= :now
-                     ORDER BY h.priority DESC, h.run_at, h.id LIMIT 1)
-             FROM flow_groups f ORDER BY f.served_at LIMIT :limit)
+WHERE id IN (SELECT h.id
+             FROM (SELECT group_key FROM flow_groups ORDER BY served_at LIMIT :limit) f
+             JOIN jobs h ON h.id IN (
+                 SELECT x.id FROM jobs x
+                 WHERE x.group_key = f.group_key AND x.group_key IS NOT NULL
+                   AND x.state = 'pending' AND x.run_at <= :now
+                 ORDER BY x.priority DESC, x.run_at, x.id LIMIT 4))
   AND state = 'pending' AND run_at <= :now
   AND (deadline_at IS NULL OR deadline_at > :now)
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
@@ -160,9 +162,10 @@ WHERE s.key IN (SELECT value FROM json_each(:keys))
   AND s.at <= :now - coalesce((SELECT l.period FROM flow_limits l WHERE l.key = s.key), 0)
 
 -- flow_group_served --
--- Records that a claim served `groups` now, in that order (the rotation puts them last).
+-- Records that a claim served `groups`, in that order, at base + 1e-6, base + 2e-6, ... (the
+-- rotation puts them last).
 INSERT INTO flow_groups (group_key, served_at)
-SELECT value, :now + (key + 1) * 1e-6 FROM json_each(:groups) WHERE true
+SELECT value, :base + (key + 1) * 1e-6 FROM json_each(:groups) WHERE true
 ON CONFLICT (group_key) DO UPDATE SET served_at = excluded.served_at
 
 -- flow_group_add --
