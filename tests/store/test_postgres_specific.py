@@ -245,6 +245,34 @@ def test_candidate_query_walks_the_claim_index(
     assert len(claim_ids(store, now=BASE + 30_000, count=5, queues=queues)) == 5
 
 
+def test_group_heads_probe_each_group_by_index(
+    store: PostgresStore, admin: psycopg.Connection[Any]
+) -> None:
+    admin.execute(
+        """INSERT INTO jobs (name, queue, state, max_attempts, args, backoff, run_at, created_at,
+                             group_key, group_limit)
+           SELECT 'j', 'default', 'pending', 3, '{}', '{}', %(base)s + i, %(base)s + i,
+                  'g' || (i %% 1000), 2
+           FROM generate_series(1, 100000) AS i""",
+        {"base": BASE},
+    )
+    admin.execute(
+        "INSERT INTO flow_groups (group_key, served_at)"
+        " SELECT 'g' || i, i FROM generate_series(0, 999) AS i"
+    )
+    admin.execute("ANALYZE")
+    query = _queries.load("postgres")["job_group_heads"]
+    params = {"now": BASE + 200_000, "queues": None, "limit": 48}
+    row = admin.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+    assert row is not None
+    nodes = list(_plan_nodes(row[0][0]["Plan"]))
+    used = {n.get("Index Name") for n in nodes}
+    assert {"flow_groups_served", "jobs_group_claim", "jobs_pkey"} <= used
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n["Relation Name"] == "jobs"]
+    assert not [n for n in nodes if n["Node Type"] == "Sort"]
+    assert len(claim_ids(store, now=BASE + 200_000, count=5)) == 5
+
+
 # -- LISTEN/NOTIFY ---------------------------------------------------------------
 
 
