@@ -1,5 +1,5 @@
 """What flow control costs a drain: ``python scripts/bench_flow.py [--jobs N]
-[--workers W] [--ms MS] [--backends sqlite,postgres] [--only NAME,...]``.
+[--workers W] [--ms MS] [--repeat R] [--backends sqlite,postgres] [--only NAME,...]``.
 
 Each case enqueues the same jobs (each sleeps MS milliseconds) and drains
 them with one real supervisor (``procqueue supervise``, W children); the
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -134,8 +135,11 @@ class Run:
         args = self.args
         if args.only and name not in args.only.split(","):
             return
-        with _database(self.backend) as dsn:
-            self.rates[name] = _drain(dsn, enqueue, args.jobs, args.ms, workers, queues)
+        runs = []
+        for _ in range(args.repeat):
+            with _database(self.backend) as dsn:
+                runs.append(_drain(dsn, enqueue, args.jobs, args.ms, workers, queues))
+        self.rates[name] = statistics.median(runs)
         base = self.rates.get("plain" if name != "queue limited to 1" else "one child")
         ratio = f"{self.rates[name] / base:5.2f}x" if base else "     "
         print(f"{self.backend:9} {name:28} {self.rates[name]:8.1f} {ratio}", flush=True)
@@ -148,8 +152,12 @@ def main(argv: list[str]) -> None:
     parser.add_argument("--ms", type=float, default=10.0)
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--only", default="")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each case (the median)")
     args = parser.parse_args(argv)
-    print(f"{args.jobs} jobs of {args.ms:g} ms, {args.workers} children, jobs/s (x plain)")
+    print(
+        f"{args.jobs} jobs of {args.ms:g} ms, {args.workers} children, "
+        f"jobs/s (median of {args.repeat}; x plain)"
+    )
     for backend in args.backends.split(","):
         run = Run(backend, args)
         run.case("plain", plain, args.workers)

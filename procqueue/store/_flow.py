@@ -95,10 +95,17 @@ def inserted(
             rates[f"job:{job.name}"] = job.rate_limit
         if job.group_rate is not None and job.group is not None:
             rates[f"group:{job.group}"] = job.group_rate
+    if not rates:
+        return
+    # Written only when it changes: an upsert would lock the key's row for
+    # the rest of the enqueue's transaction, serializing its producers.
+    rows = tx.execute("flow_limit_of", {"keys": db.array(sorted(rates))}).fetchall()
+    held = {r["key"]: (r["rate"], r["period"]) for r in rows}
     for key, text in sorted(rates.items()):
         rate = models.parse_rate(text)
-        params = {"key": key, "rate": rate.count, "period": rate.period, "by": None, "now": now}
-        tx.execute("flow_limit_set", params)
+        if held.get(key) != (rate.count, rate.period):
+            params = {"key": key, "rate": rate.count, "period": rate.period, "by": None, "now": now}
+            tx.execute("flow_limit_set", params)
 
 
 def insert_params(job: models.NewJob, now: float) -> dict[str, Any]:

@@ -199,6 +199,10 @@ SET rate = excluded.rate, period = excluded.period, set_by = excluded.set_by,
 WHERE (flow_limits.rate, flow_limits.period) IS DISTINCT FROM (excluded.rate, excluded.period)
    OR excluded.set_by IS NOT NULL
 
+-- flow_limit_of --
+-- The rates `keys` hold now (keys without one: no row).
+SELECT key, rate, period FROM flow_limits WHERE key = ANY(%(keys)s::text[])
+
 -- flow_limit_clear --
 -- Removes a key's rate.
 DELETE FROM flow_limits WHERE key = %(key)s

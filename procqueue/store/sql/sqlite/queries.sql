@@ -191,6 +191,10 @@ SET rate = excluded.rate, period = excluded.period, set_by = excluded.set_by,
 WHERE flow_limits.rate IS NOT excluded.rate OR flow_limits.period IS NOT excluded.period
    OR excluded.set_by IS NOT NULL
 
+-- flow_limit_of --
+-- The rates `keys` hold now (keys without one: no row).
+SELECT key, rate, period FROM flow_limits WHERE key IN (SELECT value FROM json_each(:keys))
+
 -- flow_limit_clear --
 -- Removes a key's rate.
 DELETE FROM flow_limits WHERE key = :key
