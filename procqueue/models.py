@@ -150,6 +150,8 @@ class NewJob(msgspec.Struct, frozen=True):
     """Pending once its dependencies are terminal, whatever their states."""
     max_snoozes: int = 100
     """How many times it may snooze before a snooze fails it."""
+    headers: dict[str, str] = {}
+    """What the producer's `around_enqueue` hooks store with it (a trace context...)."""
     group: str | None = None
     """Claims rotate across the groups of a queue and priority."""
     group_limit: int | None = None
@@ -196,6 +198,8 @@ class ClaimedJob(msgspec.Struct, frozen=True):
     max_snoozes: int = 100
     parents: dict[int, bytes] = {}
     """The JSON results of its done dependencies, by id (`Context.parent_results`)."""
+    headers: dict[str, str] = {}
+    """What its producer's hooks stored with it (text entries only)."""
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -276,37 +280,6 @@ def owner_parts(owner: str | None) -> tuple[str | None, int | None]:
         return owner, None
     host, pid = ":".join(parts[:-2]), parts[-2]
     return host or None, int(pid) if pid.isdigit() else None
-
-
-RATE_PERIODS = {"s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-class Rate(msgspec.Struct, frozen=True):
-    """At most `count` starts per sliding window of `period` seconds."""
-
-    count: int
-    period: float
-
-    @property
-    def text(self) -> str:
-        unit = next(u for u, s in RATE_PERIODS.items() if s == self.period)
-        return f"{self.count}/{unit}"
-
-
-def parse_rate(text: object) -> Rate:
-    """``"N/s"``, ``"N/m"`` or ``"N/h"`` with N from 1 to 2**31-1.
-
-    Raises ValueError saying what is expected.
-    """
-    expected = f'a rate is "N/s", "N/m" or "N/h" with N from 1 to {INT32[1]}, got {text!r}'
-    if not isinstance(text, str) or text.count("/") != 1:
-        raise ValueError(expected)
-    count, unit = text.split("/")
-    if not count.isascii() or not count.isdigit() or unit not in RATE_PERIODS:
-        raise ValueError(expected)
-    if not 1 <= int(count) <= INT32[1]:
-        raise ValueError(expected)
-    return Rate(int(count), RATE_PERIODS[unit])
 
 
 class Throughput(msgspec.Struct, frozen=True):

@@ -6,9 +6,9 @@ that allows it, the database failed, the job module could not be loaded);
 bind, unknown job name, malformed DSN, setting or config file); 130
 interrupted. Every error is one line on stderr starting ``procqueue: error:``.
 
-This module is the parser and the entry point; `procqueue._commands` holds
-what each command does, `procqueue.configfile` the config file and
-environment.
+This module is the parser and the entry point; `cli.commands`, `cli.ops`,
+`cli.batches` and `cli.web` hold what each command does, `procqueue.config`
+the config file and environment.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from procqueue import config, errors, models
+from procqueue import config, errors, models, rates
 from procqueue.cli import batches, render
 from procqueue.cli.commands import (
     LoadError,
@@ -81,7 +81,7 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 
 def _rate(text: str) -> str:
     try:
-        return models.parse_rate(text).text
+        return rates.parse_rate(text).text
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _supervise_options(p: argparse.ArgumentParser) -> None:
     """supervise's options; each defaults to None so the config file and the
-    environment can fill it (see procqueue.configfile)."""
+    environment can fill it (see procqueue.config)."""
     p.add_argument(
         "app",
         metavar="MODULE[:APP]",

@@ -10,8 +10,8 @@ from typing import Any
 
 import msgspec
 
-from procqueue import errors, models
-from procqueue.codec import Codec
+from procqueue import errors, models, rates
+from procqueue.codec import MAX_DEPTH, Codec, too_deep
 
 MAX_ARGS_BYTES = 64 * 1024 * 1024
 """Largest encoded arguments accepted (the pipe frame limit is well above)."""
@@ -203,7 +203,7 @@ def check_flow_defaults(options: JobOptions, registering: bool) -> None:
         value = getattr(options, name)
         if value is not None:
             try:
-                models.parse_rate(value)
+                rates.parse_rate(value)
             except ValueError as exc:
                 raise _fail(f"{name}: {exc}", registering) from None
     if options.group_limit is not None and not 1 <= options.group_limit <= models.INT32[1]:
@@ -299,6 +299,8 @@ def bind_args(
         raise errors.EnqueueError(
             f"arguments of {name} are {len(encoded)} bytes encoded; the limit is {MAX_ARGS_BYTES}"
         )
+    if too_deep(encoded):  # a child would decode it on a deeper stack than this encoder
+        raise errors.EnqueueError(f"arguments of {name} are nested deeper than {MAX_DEPTH} levels")
     if types:
         check_types(name, msgspec.json.decode(encoded), types, codec)
     return encoded

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from procqueue import errors, models
+from procqueue import errors, models, rates
 from procqueue.clock import Clock
 
 if TYPE_CHECKING:
@@ -183,7 +183,7 @@ class Control:
         text; QueueNotFound as for `pause`)."""
         if rate is not None:
             try:
-                models.parse_rate(rate)
+                rates.parse_rate(rate)
             except ValueError as exc:
                 raise errors.ConfigError(str(exc)) from None
         self._known(queue, create)

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import models
+from procqueue import models, rates
 from procqueue.store import _claim, _dialect, _rows
 
 
@@ -89,20 +89,20 @@ def inserted(
     groups = sorted({job.group for job in jobs if job.group is not None})
     if groups:
         tx.execute("flow_group_add", {"groups": db.array(groups)})
-    rates: dict[str, str] = {}
+    given: dict[str, str] = {}
     for job in jobs:
         if job.rate_limit is not None:
-            rates[f"job:{job.name}"] = job.rate_limit
+            given[f"job:{job.name}"] = job.rate_limit
         if job.group_rate is not None and job.group is not None:
-            rates[f"group:{job.group}"] = job.group_rate
-    if not rates:
+            given[f"group:{job.group}"] = job.group_rate
+    if not given:
         return
     # Written only when it changes: an upsert would lock the key's row for
     # the rest of the enqueue's transaction, serializing its producers.
-    rows = tx.execute("flow_limit_of", {"keys": db.array(sorted(rates))}).fetchall()
+    rows = tx.execute("flow_limit_of", {"keys": db.array(sorted(given))}).fetchall()
     held = {r["key"]: (r["rate"], r["period"]) for r in rows}
-    for key, text in sorted(rates.items()):
-        rate = models.parse_rate(text)
+    for key, text in sorted(given.items()):
+        rate = rates.parse_rate(text)
         if held.get(key) != (rate.count, rate.period):
             params = {"key": key, "rate": rate.count, "period": rate.period, "by": None, "now": now}
             tx.execute("flow_limit_set", params)
@@ -152,13 +152,13 @@ class FlowMethods:
         if rate is None:
             self._db.statement("flow_limit_clear", {"key": key})
             return
-        parsed = models.parse_rate(rate)
+        parsed = rates.parse_rate(rate)
         params = {"key": key, "rate": parsed.count, "period": parsed.period, "by": by, "now": now}
         self._db.statement("flow_limit_set", params)
 
-    def flow_rates(self, *, now: float) -> dict[str, tuple[models.Rate, int]]:
+    def flow_rates(self, *, now: float) -> dict[str, tuple[rates.Rate, int]]:
         """Every limited key's rate and the starts counted in its window now."""
-        return rates(self._db, now)
+        return key_rates(self._db, now)
 
     def flow_groups_prune(self, *, before: float) -> int:
         """Groups served before `before` that hold no job leave the rotation."""
@@ -172,7 +172,7 @@ class FlowMethods:
         if not rows or rows[0]["state"] != "pending":
             return []
         job = rows[0]
-        limits = rates(self._db, now)
+        limits = key_rates(self._db, now)
         keys = [f"queue:{job['queue']}"]
         if job["rate_limit"] is not None:
             keys.insert(0, f"job:{job['name']}")
@@ -197,24 +197,24 @@ class FlowMethods:
         return waits
 
 
-def rates(db: _dialect.Dialect, now: float) -> dict[str, tuple[models.Rate, int]]:
+def key_rates(db: _dialect.Dialect, now: float) -> dict[str, tuple[rates.Rate, int]]:
     """Every limited key's rate and the starts counted in its window now (a
     row that does not decode as a rate is left out)."""
-    found: dict[str, tuple[models.Rate, int]] = {}
+    found: dict[str, tuple[rates.Rate, int]] = {}
     for row in db.statement("flow_limit_list", {"now": now}, idempotent=True).rows:
         rate, period = row["rate"], row["period"]
-        if type(rate) is int and rate > 0 and period in models.RATE_PERIODS.values():
-            found[row["key"]] = (models.Rate(rate, float(period)), int(row["used"]))
+        if type(rate) is int and rate > 0 and period in rates.PERIODS.values():
+            found[row["key"]] = (rates.Rate(rate, float(period)), int(row["used"]))
     return found
 
 
 def with_rates(
-    infos: list[models.QueueInfo], rates: dict[str, tuple[models.Rate, int]]
+    infos: list[models.QueueInfo], limits: dict[str, tuple[rates.Rate, int]]
 ) -> list[models.QueueInfo]:
     """`infos` with each queue's rate and window count; a queue known only
     by its rate is listed too."""
     per = {q.name: q for q in infos}
-    for key, (rate, used) in rates.items():
+    for key, (rate, used) in limits.items():
         kind, _, name = key.partition(":")
         if kind != "queue":
             continue

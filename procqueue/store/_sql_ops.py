@@ -223,7 +223,7 @@ class OpsStore:
             counts=filter(None, map(_rows.queue_count, counts)),
             now=now,
         )
-        return _flow.with_rates(infos, _flow.rates(self._db, now))
+        return _flow.with_rates(infos, _flow.key_rates(self._db, now))
 
     def job_finished_per_minute(self, *, minutes: int, now: float) -> models.Throughput:
         """Done and failed jobs in each of the last `minutes` UTC minutes (the
