@@ -111,7 +111,8 @@ FOR UPDATE OF jobs SKIP LOCKED
 -- job_group_heads --
 -- job_candidates, among the first 4 due jobs of each group in serving order (least recently
 -- served first): the jobs that let a claim rotate across groups whatever their backlogs.
--- Probes each group's jobs_group_claim range; skips rows another transaction holds.
+-- Probes each group's jobs_group_claim range (the groups drive the plan, whatever the
+-- statistics say); skips rows another transaction holds.
 WITH spent AS MATERIALIZED (
     SELECT l.key FROM flow_limits l
     WHERE l.rate <= (SELECT count(*) FROM flow_starts s
@@ -127,15 +128,14 @@ SELECT id, queue, serial_key, group_key, priority, run_at,
        CASE WHEN group_rate IS NOT NULL THEN 'group:' || group_key END AS group_rate_key,
        CASE WHEN 'queue:' || queue IN (SELECT key FROM flow_limits) THEN 'queue:' || queue END
        AS queue_rate_key
-FROM jobs
-WHERE id IN (SELECT h.id
-             FROM (SELECT group_key FROM flow_groups ORDER BY served_at LIMIT %(limit)s) f
-             CROSS JOIN LATERAL (
-                 SELECT x.id FROM jobs x
-                 WHERE x.group_key = f.group_key AND x.group_key IS NOT NULL
-                   AND x.state = 'pending' AND x.run_at <= %(now)s::float8
-                 ORDER BY x.priority DESC, x.run_at, x.id LIMIT 4) h)
-  AND state = 'pending' AND run_at <= %(now)s::float8
+FROM (SELECT group_key AS served_key FROM flow_groups ORDER BY served_at LIMIT %(limit)s) f
+CROSS JOIN LATERAL (
+    SELECT * FROM jobs x
+    WHERE x.group_key = f.served_key AND x.group_key IS NOT NULL
+      AND x.state = 'pending' AND x.run_at <= %(now)s::float8
+    ORDER BY x.group_key, x.priority DESC, x.run_at, x.id LIMIT 4
+    FOR UPDATE SKIP LOCKED) AS jobs
+WHERE true
   AND (deadline_at IS NULL OR deadline_at > %(now)s::float8)
   AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
   AND queue NOT IN (SELECT name FROM queues WHERE paused)
@@ -151,7 +151,6 @@ WHERE id IN (SELECT h.id
   AND (group_rate IS NULL OR group_key IS NULL
        OR 'group:' || group_key NOT IN (SELECT key FROM spent))
   AND 'queue:' || queue NOT IN (SELECT key FROM spent)
-FOR UPDATE OF jobs SKIP LOCKED
 
 -- flow_rooms --
 -- How many more starts each of `keys` allows in its window now (keys without a limit: none).

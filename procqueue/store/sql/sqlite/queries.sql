@@ -127,7 +127,7 @@ WHERE id IN (SELECT h.id
                  SELECT x.id FROM jobs x
                  WHERE x.group_key = f.group_key AND x.group_key IS NOT NULL
                    AND x.state = 'pending' AND x.run_at <= :now
-                 ORDER BY x.priority DESC, x.run_at, x.id LIMIT 4))
+                 ORDER BY x.group_key, x.priority DESC, x.run_at, x.id LIMIT 4))
   AND state = 'pending' AND run_at <= :now
   AND (deadline_at IS NULL OR deadline_at > :now)
   AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
