@@ -88,7 +88,7 @@ def test_rate_limited_jobs_are_never_reserved_ahead(store: Store) -> None:
     taken = [c.id for c in _claim_started(store, BASE, count=6, start=2)]
     assert taken[:2] == limited[:2]
     assert set(taken[2:]) <= set(plain)
-    # the started jobs keep the claim's time as started_at, the time the rate counted
+    # started by the claim, at the time its rate counted
     assert get(store, limited[0]).started_at == models.to_datetime(BASE)
 
 

@@ -293,7 +293,7 @@ SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'can
     error = CASE WHEN cancel_requested AND %(state)s::text = 'pending'
                  THEN 'cancelled while running' ELSE %(error)s::text END,
     run_at = coalesce(%(run_at)s::float8, run_at),
-    started_at = coalesce(started_at, %(started_at)s::float8),
+    started_at = coalesce(%(started_at)s::float8, started_at),
     finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested AND %(state)s::text = 'pending')
                        THEN %(now)s::float8 END,
@@ -459,9 +459,8 @@ SELECT pg_catalog.current_setting('search_path') AS path
 SELECT pg_catalog.set_config('search_path', %(path)s, true)
 
 -- job_set_pid --
--- Records which child process runs an attempt and when it started it (fenced); a job started
--- by its claim keeps that time, the one its rate limits counted.
-UPDATE jobs SET pid = %(pid)s, started_at = coalesce(started_at, %(started_at)s::float8)
+-- Records which child process runs an attempt and when it started it (fenced).
+UPDATE jobs SET pid = %(pid)s, started_at = coalesce(%(started_at)s::float8, started_at)
 WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
 
 -- job_fail_undecodable --

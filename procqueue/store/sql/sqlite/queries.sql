@@ -289,7 +289,7 @@ SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelle
     error = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled while running'
                  ELSE :error END,
     run_at = coalesce(:run_at, run_at),
-    started_at = coalesce(started_at, :started_at),
+    started_at = coalesce(:started_at, started_at),
     finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled')
                          OR (cancel_requested = 1 AND :state = 'pending') THEN :now END,
     attempts = attempts - :refund, snoozes = snoozes + :snooze,
@@ -422,9 +422,8 @@ ON CONFLICT (name) DO UPDATE SET last_run = excluded.last_run
 WHERE chores.last_run <= :now - :every
 
 -- job_set_pid --
--- Records which child process runs an attempt and when it started it (fenced); a job started
--- by its claim keeps that time, the one its rate limits counted.
-UPDATE jobs SET pid = :pid, started_at = coalesce(started_at, :started_at)
+-- Records which child process runs an attempt and when it started it (fenced).
+UPDATE jobs SET pid = :pid, started_at = coalesce(:started_at, started_at)
 WHERE id = :id AND attempts = :attempt AND state = 'running'
 
 -- job_fail_undecodable --
