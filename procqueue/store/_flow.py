@@ -20,6 +20,14 @@ from procqueue import models, rates
 from procqueue.store import _claim, _dialect, _rows
 
 
+def fetched(cursors: Sequence[_dialect.Cursor], limit: int) -> tuple[list[Any], bool]:
+    """The rows of ``job_candidates`` and ``job_group_heads`` (in that
+    order), and whether due work may lie beyond them: the first returned
+    `limit` rows, its LIMIT (else it returned every due job it may take)."""
+    main, heads = (cursor.fetchall() for cursor in cursors)
+    return main + heads, len(main) >= limit
+
+
 def candidates(
     db: _dialect.Dialect, tx: _dialect.Tx, found: Sequence[Any], now: float
 ) -> tuple[list[_claim.Candidate], dict[str, int]]:

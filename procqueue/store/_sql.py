@@ -227,10 +227,11 @@ class SqlStore(
                     ended = self._rules.ending(tx, [id_ for id_, _, _ in records], now)
                 if count > 0:
                     tx.lock("claim")
-                    params = {"now": now, "queues": wanted, "limit": _claim.overfetch(count)}
+                    limit = _claim.overfetch(count)
+                    params = {"now": now, "queues": wanted, "limit": limit}
                     found = [tx.execute(q, params) for q in _CANDIDATES]
             gone = {id_ for (id_, _, _), row in zip(records, recorded, strict=True) if row is None}
-            rows = [r for cursor in found for r in cursor.fetchall()] if count > 0 else []
+            rows, hidden = _flow.fetched(found, limit) if count > 0 else ([], False)
             if records:  # `rows` were read before `ended` writes
                 ended()
             lost = [o.id for o in outcomes if o.id in gone]
@@ -248,12 +249,13 @@ class SqlStore(
                 if choice.ids:
                     _flow.record(self._db, tx, choice, now)
                     claimed += self._take(tx, choice.ids, owner, lease_until, now, left)
-                if len(claimed) >= count or not choice.throttled:
+                if len(claimed) >= count or not choice.throttled or not hidden:
                     break
                 # Limits reached within this round hid the jobs behind them:
                 # read again, past the work now spent (its rows are taken).
-                rows = [r for q in _CANDIDATES for r in tx.execute(q, params).fetchall()]
-            if len(claimed) < count:  # what the candidates' filters held back, named
+                found = [tx.execute(q, params) for q in _CANDIDATES]
+                rows, hidden = _flow.fetched(found, limit)
+            if not claimed:  # what the candidates' filters held back, named
                 throttled.update(dict.fromkeys(_flow.held_back(tx, now)))
         return _claim.Cycle(lost=lost, claimed=claimed, throttled=list(throttled))
 
