@@ -9,6 +9,7 @@ from typing import Any
 from benchkit.report.alone import (
     backlog,
     children,
+    cost,
     fresh_child,
     long_jobs,
     pending,
@@ -16,7 +17,13 @@ from benchkit.report.alone import (
     scaling_chart,
     storm,
 )
-from benchkit.report.method import how_measured, reproducing, systems_table, versions
+from benchkit.report.method import (
+    configurations,
+    how_measured,
+    reproducing,
+    systems_table,
+    versions,
+)
 from benchkit.report.shared import (
     cost_per_job,
     cpu_heavy,
@@ -46,6 +53,7 @@ SECTIONS: tuple[Section, ...] = (
     crashy,
     failed_runs,
     alone_heading,
+    cost,
     children,
     backlog,
     scaling_chart,
@@ -56,6 +64,7 @@ SECTIONS: tuple[Section, ...] = (
     profile,
     how_measured,
     systems_table,
+    configurations,
     versions,
     reproducing,
 )

@@ -278,3 +278,59 @@ def profile(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[st
                 + "\n"
             )
     return out
+
+
+COST_ROWS = (
+    ("round trips", "round trips (the supervisor's waits for PostgreSQL: `poll` calls)", 2),
+    ("sends", "client sends (`sendto` calls)", 2),
+    ("statements", "SQL statements (an `executemany` counts each row)", 2),
+    ("commits", "commits (`pg_stat_database.xact_commit` delta)", 2),
+    ("transactions", "transactions (SQLite: the store's `BEGIN IMMEDIATE`s)", 2),
+    ("WAL bytes", "WAL bytes (cluster-wide LSN delta: an upper bound on a shared server)", 0),
+    ("supervisor µs", "supervisor CPU µs, all threads", 0),
+    ("supervisor main loop µs", "… main loop thread", 0),
+    ("supervisor database thread µs", "… database thread", 0),
+    ("supervisor other threads µs", "… other threads", 0),
+    ("children µs", "children CPU µs (job, protocol, runner)", 0),
+    ("PostgreSQL backends µs", "PostgreSQL backends' CPU µs (the supervisor's and listener)", 0),
+    ("frames to children", "protocol frames to children", 2),
+    ("frames from children", "protocol frames from children", 2),
+)
+
+
+def cost(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Where the time goes per job: counts and CPU, drained and at idle."""
+    runs = [r for r in result.get("cost", []) if r.get("status") == "ok"]
+    out: list[str] = []
+    add = out.append
+    if not runs and not result.get("cost"):
+        return out
+    add("### Where the time goes, per job\n")
+    add(
+        "From `--extras cost`: the supervisor runs under `scripts/benchkit/counted.py` "
+        "(statement, commit and frame counters, read with SIGUSR1); CPU is each thread's "
+        "`/proc/PID/task/TID/schedstat` run time, the children's and the PostgreSQL "
+        "backends' likewise (backends: `pg_stat_activity` of the benchmark database). "
+        "*drained*: a gate-held drain of "
+        f"{runs[0]['jobs'] if runs else '-':,} no-op jobs; *idle*: "
+        f"{runs[0]['idle_jobs'] if runs else '-'} jobs enqueued one at a time into an idle "
+        "supervisor (enqueue → start → outcome). Round trips and sends come from a second "
+        "pass under `strace` (no CPU taken from it).\n"
+    )
+    for r in result.get("cost", []):
+        if r.get("status") != "ok":
+            add(f"- {r['system']}: {r.get('error', r.get('status'))}")
+    if not runs:
+        add("")
+        return out
+    head = " | ".join(f"{r['system']} {phase}" for r in runs for phase in ("drained", "idle"))
+    add(f"| per job | {head} |")
+    add("| --- |" + " ---: |" * (2 * len(runs)))
+    for key, label, digits in COST_ROWS:
+        cells = [
+            fmt(r.get(phase, {}).get(key), digits) for r in runs for phase in ("drain", "idle")
+        ]
+        if any(c != "-" for c in cells):
+            add(f"| {label} | " + " | ".join(cells) + " |")
+    add("")
+    return out
