@@ -54,6 +54,25 @@ def _children(pid: int) -> list[int]:
     return kids
 
 
+def _local_ports(pid: int) -> list[int]:
+    """The local TCP ports of `pid`'s sockets (its PostgreSQL connections among them)."""
+    inodes = set()
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+    ports = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.append(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
 class Probe:
     """Snapshots of one supervisor's counters, CPU and (on PostgreSQL) its database's."""
 
@@ -92,8 +111,8 @@ class Probe:
             row = self.pg.execute(
                 "SELECT xact_commit, pg_current_wal_lsn() - '0/0'::pg_lsn, "
                 "(SELECT array_agg(pid) FROM pg_stat_activity WHERE datname = %s "
-                "AND pid <> pg_backend_pid()) FROM pg_stat_database WHERE datname = %s",
-                (base.PG_DATABASE, base.PG_DATABASE),
+                "AND client_port = ANY(%s)) FROM pg_stat_database WHERE datname = %s",
+                (base.PG_DATABASE, _local_ports(self.pid), base.PG_DATABASE),
             ).fetchone()
             assert row is not None
             snap["xact_commit"], snap["wal"], backends = int(row[0]), int(row[1]), row[2] or []

@@ -38,6 +38,17 @@ def _wrap(owner: Any, method: str, what: str, size: Any = None) -> None:
     setattr(owner, method, counted)
 
 
+def _by_query(owner: Any, method: str) -> None:
+    """Also counts each statement of `owner.method(query, ...)` by its query's first words."""
+    inner = getattr(owner, method)
+
+    def counted(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+        _bump("sql " + " ".join(str(query).split())[:70])
+        return inner(self, query, *args, **kwargs)
+
+    setattr(owner, method, counted)
+
+
 def _dump(signum: int, frame: Any) -> None:
     threads = {str(t.native_id): t.name for t in threading.enumerate()}
     snapshot = {"counts": dict(COUNTS), "threads": threads}
@@ -58,6 +69,8 @@ def main() -> int:
     _wrap(psycopg.Cursor, "execute", "statements")
     _wrap(psycopg.Cursor, "executemany", "statements", lambda a, _: len(a[1]) if len(a) > 1 else 1)
     _wrap(psycopg.Connection, "execute", "statements")
+    _by_query(psycopg.Cursor, "execute")
+    _by_query(psycopg.Cursor, "executemany")
     _wrap(psycopg.Connection, "commit", "commits")
     # SQLite's connection is a C type: count at the store's transaction instead
     _wrap(sqlite._Tx, "execute", "statements")

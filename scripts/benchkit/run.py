@@ -37,7 +37,7 @@ from benchkit.settings import (
     Sizes,
     say,
 )
-from benchkit.sweep import config_medians, configurations
+from benchkit.sweep import config_medians, configurations, winners
 from benchkit.targets import evaluate_targets
 from benchkit.workloads import TWO_SLOT, adapter_classes, describe, run_one
 
@@ -53,11 +53,11 @@ def plan(
     """Each system of the run with its configuration: a peer in the one its sweep found
     fastest (its first, 2-slot one without a sweep), followed by a ``-2slot`` row in its
     2-slot configuration when that is another."""
-    winners = (sweep or {}).get("winners", {})
+    fastest = winners(sweep["runs"]) if sweep else {}
     out: dict[str, dict[str, Any]] = {}
     for name in systems:
         cls = classes[name]
-        knobs = winners.get(name, cls.configs[0])
+        knobs = fastest.get(name, cls.configs[0])
         out[name] = {"cls": cls, "knobs": knobs, "workloads": cls.workloads}
         if name not in PQ_SYSTEMS and knobs != cls.configs[0]:
             out[name + TWO_SLOT] = {
@@ -261,7 +261,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             "noop_jobs": sweep["sizes"]["noop_jobs"],
             "reps": sweep["sizes"]["reps"],
             "configs": config_medians(sweep["runs"]),
-            "winners": sweep["winners"],
+            "winners": winners(sweep["runs"]),
         },
         "runs": runs,
         "cost": costs,

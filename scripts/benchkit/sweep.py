@@ -56,14 +56,15 @@ def run_sweep(args: Any, systems: list[str], n_iter: int, out: Path) -> dict[str
 
 def config_medians(runs: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
     """Per peer, per configuration label: its knobs and the median, min and max drain
-    jobs/s over the sweep's finished runs (None when none finished)."""
+    jobs/s over the sweep's runs that drained (None when none did)."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for r in runs:
         entry = table.setdefault(r["system"], {}).setdefault(
             r["config"], {"knobs": r["knobs"], "rates": [], "runs": 0}
         )
         entry["runs"] += 1
-        if r.get("status") == "ok" and r.get("drain_jobs_s"):
+        # a run cut at its time limit still has a rate (jobs done over the time it ran)
+        if r.get("status") in ("ok", "timeout") and r.get("drain_jobs_s"):
             entry["rates"].append(r["drain_jobs_s"])
     for configs in table.values():
         for entry in configs.values():

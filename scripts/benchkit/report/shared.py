@@ -51,9 +51,11 @@ def goals(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]
     add = out.append
     add("## Goals\n")
     add(
-        "Each goal with the value measured in this run and whether it is met. *issue 13*: the "
-        "goals of the speed issue; *reference*: a goal stated for later work (not expected "
-        "to hold yet); *earlier*: targets of earlier issues that issue 13 did not replace.\n"
+        "Each goal with the value measured in this run and whether it is met. *issue 20*: the "
+        "goals of the speed issue against every peer at its fastest (ratios from the same "
+        "repetition); a goal not met names the figures of the cost table (Where the time "
+        "goes) that bound it. *reference*: a goal stated for later work (not expected to hold "
+        "yet); *earlier*: targets of earlier issues that issue 20 did not replace.\n"
     )
     add("| goal | measured | verdict | from |")
     add("| --- | --- | --- | --- |")
