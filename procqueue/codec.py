@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import pathlib
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +31,21 @@ DECODE_ERRORS = (msgspec.DecodeError, UnicodeDecodeError, ValueError, RecursionE
 """Every exception decoding untrusted bytes can raise: a value nested deeper
 than the interpreter's stack is a RecursionError, not a DecodeError."""
 _PATH_DEPTH = 64
+MAX_DEPTH = 512
+"""Deepest nesting of arrays and objects a JSON value may have: decoding is
+recursive, so a deeper value could exhaust whichever reader's stack."""
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = bytes(range(256)).translate(None, b"[]{}")
+_STEP = [1 if c in b"[{" else -1 for c in range(256)]  # indexed by the brackets left
+
+
+def too_deep(raw: bytes) -> bool:
+    """Whether JSON `raw` nests arrays and objects more than `MAX_DEPTH` deep
+    (brackets inside strings don't count). Linear in `raw`, never recursive."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:  # the common case: nothing to scan
+        return False
+    brackets = _STRING.sub(b"", raw).translate(None, _NOT_BRACKET)
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0) > MAX_DEPTH
 
 
 class Unchecked(Exception):

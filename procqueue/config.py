@@ -37,7 +37,7 @@ _Name = Annotated[str, msgspec.Meta(min_length=1)]
 class Config(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Every key a config file may set; None means "not set here".
 
-    The defaults that apply when no source sets a key are `config.Settings`'
+    The defaults that apply when no source sets a key are `supervisor.settings.Settings`'
     (and ``log_format="text"``, ``log_level="info"``).
     """
 

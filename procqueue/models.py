@@ -150,6 +150,8 @@ class NewJob(msgspec.Struct, frozen=True):
     """Pending once its dependencies are terminal, whatever their states."""
     max_snoozes: int = 100
     """How many times it may snooze before a snooze fails it."""
+    headers: dict[str, str] = {}
+    """What the producer's `around_enqueue` hooks store with it (a trace context...)."""
 
 
 class Dependency(msgspec.Struct, frozen=True):
@@ -183,6 +185,8 @@ class ClaimedJob(msgspec.Struct, frozen=True):
     max_snoozes: int = 100
     parents: dict[int, bytes] = {}
     """The JSON results of its done dependencies, by id (`Context.parent_results`)."""
+    headers: dict[str, str] = {}
+    """What its producer's hooks stored with it (text entries only)."""
 
 
 class Outcome(msgspec.Struct, frozen=True):

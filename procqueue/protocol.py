@@ -45,7 +45,8 @@ class Run(Message):
     """Run one attempt; `args` and each of `steps` are JSON bytes. `lease`:
     seconds left on the job's lease (0: unfenced); the child ends the job
     itself shortly before it runs out. `parents`: the JSON results of the
-    job's done dependencies, by id (bounded by the store)."""
+    job's done dependencies, by id (bounded by the store). `headers`: what
+    the producer's `around_enqueue` hooks stored with the job."""
 
     job_id: int
     attempt: int
@@ -54,6 +55,8 @@ class Run(Message):
     steps: dict[str, bytes]
     lease: float = 0.0
     parents: dict[int, bytes] = {}
+    queue: str = ""
+    headers: dict[str, str] = {}
 
 
 class Lease(Message):

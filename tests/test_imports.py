@@ -13,6 +13,8 @@ startup loads no database code.
 from __future__ import annotations
 
 import ast
+import collections
+import re
 import subprocess
 import sys
 import textwrap
@@ -110,22 +112,30 @@ def _ancestors(name: str) -> set[str]:
     return {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
 
 
-def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
-    """The procqueue modules whose code runs because of `node` in `importer`."""
+def _named(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The procqueue modules `node` in `importer` names itself: a module
+    imported, a submodule taken from its package, or the package whose own
+    names (defined in its ``__init__``) are taken."""
     if isinstance(node, ast.Import):
-        names = [alias.name for alias in node.names]
-    else:
-        base = node.module or ""
-        if node.level:
-            package = importer.split(".")
-            if MODULES[importer].name != "__init__.py":
-                package.pop()
-            package = package[: len(package) - node.level + 1]
-            base = ".".join([*package, base] if base else package)
-        submodules = [f"{base}.{alias.name}" for alias in node.names]
-        names = [base, *(n for n in submodules if n in MODULES)]
+        return {alias.name for alias in node.names if alias.name in MODULES}
+    base = node.module or ""
+    if node.level:
+        package = importer.split(".")
+        if MODULES[importer].name != "__init__.py":
+            package.pop()
+        package = package[: len(package) - node.level + 1]
+        base = ".".join([*package, base] if base else package)
+    submodules = {f"{base}.{alias.name}" for alias in node.names} & MODULES.keys()
+    if len(submodules) < len(node.names) and base in MODULES:
+        submodules.add(base)
+    return submodules
+
+
+def _targets(importer: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    """The procqueue modules whose code runs because of `node` in
+    `importer`: the ones it names and every package above them."""
     found: set[str] = set()
-    for name in names:
+    for name in _named(importer, node):
         found |= {n for n in _ancestors(name) if n in MODULES}
     return found
 
@@ -140,13 +150,14 @@ def _every_import(body: list[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]
 
 def _graph(
     reader: Callable[[list[ast.stmt]], Iterator[ast.Import | ast.ImportFrom]],
+    targets: Callable[[str, ast.Import | ast.ImportFrom], set[str]] = _targets,
 ) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in MODULES.items():
         tree = ast.parse(path.read_text(), filename=str(path))
         edges: set[str] = set()
         for node in reader(tree.body):
-            edges |= _targets(name, node)
+            edges |= targets(name, node)
         graph[name] = edges - {name}
     return graph
 
@@ -158,6 +169,11 @@ them included (Python runs a package's ``__init__`` before its submodules)."""
 EVERY_IMPORT = _graph(_every_import)
 """Module -> every procqueue module it names in an import: deferred ones in
 function bodies and ``TYPE_CHECKING`` ones included."""
+
+EVERY_NAMED = _graph(_every_import, _named)
+"""Module -> the procqueue modules its imports name themselves (not the
+packages Python runs first): a module's own package among them when it
+takes a name the package's ``__init__`` defines."""
 
 
 def _edges() -> Iterator[tuple[str, str]]:
@@ -205,6 +221,12 @@ def test_the_graph_is_read() -> None:
     assert "procqueue.producer.client" in EVERY_IMPORT["procqueue.producer.app"]
     assert "procqueue.store" not in GRAPH["procqueue.producer.batches"]  # TYPE_CHECKING only
     assert "procqueue.store" in EVERY_IMPORT["procqueue.producer.batches"]
+    importer = "procqueue.store._sql_ops"  # its package's name, and its package's submodule
+    (own_name,) = ast.parse("from procqueue.store import DEFAULT_DSN").body
+    (submodule,) = ast.parse("from . import _rows").body
+    assert isinstance(own_name, ast.ImportFrom) and isinstance(submodule, ast.ImportFrom)
+    assert _named(importer, own_name) == {"procqueue.store"}
+    assert _named(importer, submodule) == {"procqueue.store._rows"}
 
 
 def test_no_module_imports_from_a_higher_layer() -> None:
@@ -252,8 +274,11 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 def test_no_import_cycles_of_any_kind() -> None:
     """No two modules need each other, not even through a deferred import
     in a function or an import for type checking only: each module can be
-    read, and imported, after the ones it names."""
-    graph = {m: targets - _ancestors(m) for m, targets in EVERY_IMPORT.items()}
+    read, and imported, after the ones it names. The packages above a
+    module run before it whatever it imports, so they count only where it
+    names them: a module that takes a name from its own package, whose
+    ``__init__`` imports that module, closes a circle."""
+    graph = {m: (EVERY_IMPORT[m] - _ancestors(m)) | EVERY_NAMED[m] for m in MODULES}
     assert _cycles(graph) == []
 
 
@@ -272,10 +297,45 @@ def test_no_cycles_between_folders() -> None:
     assert _cycles(graph) == []
 
 
+def _folder_of(module: str) -> str:
+    """The package `module` is in, relative to procqueue ('' at the top)."""
+    return _short(module).rpartition(".")[0]
+
+
+def _in_folder(module: str, folder: str) -> bool:
+    """Whether `module` is in `folder` ('' is the top of the package) or below it."""
+    return _matches(module, {folder}) if folder else "." not in _short(module)
+
+
+def test_a_leading_underscore_means_its_folder_only() -> None:
+    """A module whose name starts with one underscore is imported only from
+    its own folder and the folders below it (one at the package's top, only
+    from the top)."""
+    found = [
+        f"{_short(m)} imports {_short(t)}"
+        for m, targets in sorted(EVERY_NAMED.items())
+        for t in sorted(targets)
+        if re.match(r"_[^_]", t.rsplit(".", 1)[-1]) and not _in_folder(m, _folder_of(t))
+    ]
+    assert found == []
+
+
 def test_top_level_stays_small() -> None:
     """At most 12 modules at the top of the package; the rest live in the
     folder of their layer."""
     assert len([p for p in PACKAGE.glob("*.py")]) <= 12
+
+
+def test_the_architecture_doc_lists_every_module_once() -> None:
+    """docs/architecture.md names each module of the package that holds
+    code, by its path, exactly once (empty ``__init__.py`` files only mark
+    their folder), and no module that does not exist."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    named = collections.Counter(re.findall(r"`(procqueue/[\w/]+\.py)`", text))
+    modules = {str(path.relative_to(ROOT)) for path in MODULES.values() if path.read_text().strip()}
+    assert sorted(modules - set(named)) == [], "missing from docs/architecture.md"
+    assert sorted(set(named) - modules) == [], "named in docs/architecture.md, not in the package"
+    assert sorted(m for m, n in named.items() if n > 1) == [], "named more than once"
 
 
 def _closure(start: str) -> dict[str, str]:

@@ -164,15 +164,7 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
                     error=f"unknown job {message.name!r} in {spec}",
                 )
             else:
-                reply = runner.execute(
-                    job,
-                    job_id=message.job_id,
-                    attempt=message.attempt,
-                    encoded=message.args,
-                    channel=channel,
-                    guard=guard,
-                    loop=loop,
-                )
+                reply = runner.execute(job, message, channel=channel, guard=guard, loop=loop)
             _reap_leftovers()
             sys.stdout.flush()
             sys.stderr.flush()
@@ -199,7 +191,7 @@ def main(argv: list[str]) -> int:
 
 
 def forked_main(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
-    """A child forked from a fork server's template (``procqueue._forkserver``),
+    """A child forked from a fork server's template (``supervisor.children.forkserver``),
     which loaded `app` and never ran a job: what `main` and `serve` do around
     `serve_app`, without loading the app again. Returns the exit code."""
     set_title(f"procqueue child {index} starting")

@@ -1,4 +1,4 @@
-"""The template of a fork server (see `procqueue._forkserver`): the process
+"""The template of a fork server (see `procqueue.supervisor.children.forkserver`): the process
 that imported the app once and forks a fresh child for each spawn request.
 
 Started as ``python -m procqueue.child --template SPEC PARENT_PID SOCKET_FD``.

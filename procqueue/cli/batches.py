@@ -1,5 +1,5 @@
 """``procqueue batches`` and ``procqueue batch show|cancel|retry|prune``
-(docs/cli.md). `procqueue.cli` adds these parsers with
+(docs/cli.md). `cli.main` adds these parsers with
 `add_parsers`; the formatting is pure functions of the records."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """What each ``procqueue`` command does (the parser and the exit codes are in
-`procqueue.cli`; docs/cli.md documents both)."""
+`cli.main`; docs/cli.md documents both)."""
 
 from __future__ import annotations
 

@@ -6,9 +6,9 @@ that allows it, the database failed, the job module could not be loaded);
 bind, unknown job name, malformed DSN, setting or config file); 130
 interrupted. Every error is one line on stderr starting ``procqueue: error:``.
 
-This module is the parser and the entry point; `procqueue._commands` holds
-what each command does, `procqueue.configfile` the config file and
-environment.
+This module is the parser and the entry point; `cli.commands`, `cli.ops`,
+`cli.batches` and `cli.web` hold what each command does, `procqueue.config`
+the config file and environment.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _supervise_options(p: argparse.ArgumentParser) -> None:
     """supervise's options; each defaults to None so the config file and the
-    environment can fill it (see procqueue.configfile)."""
+    environment can fill it (see procqueue.config)."""
     p.add_argument(
         "app",
         metavar="MODULE[:APP]",

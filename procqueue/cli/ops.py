@@ -1,6 +1,6 @@
 """The operators' commands: ``supervisors``, ``queues`` with
 limits, and ``retry``/``cancel`` by id or by filter. The parser is in
-`procqueue.cli`; docs/cli.md documents both."""
+`cli.main`; docs/cli.md documents both."""
 
 from __future__ import annotations
 

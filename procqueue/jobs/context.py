@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
+from procqueue.jobs.options import non_finite
 from procqueue.models import MAX_SECONDS
 
 T = TypeVar("T")
@@ -79,9 +80,20 @@ class Context:
         return self._channel.cancelled()
 
     def progress(self, text: str | None = None, fraction: float | None = None) -> None:
-        """Reports progress; the supervisor writes it at most ~4 times a second."""
-        if fraction is not None and not 0.0 <= fraction <= 1.0:
-            raise ValueError("fraction must be between 0 and 1")
+        """Reports progress; the supervisor writes it at most ~4 times a second.
+
+        Raises:
+            TypeError: `text` is not a str, or `fraction` not a number (None keeps either).
+            ValueError: `fraction` is outside [0, 1].
+        """
+        if text is not None and not isinstance(text, str):
+            raise TypeError(f"progress text must be a str or None, got {type(text).__name__}")
+        if fraction is not None:
+            if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+                raise TypeError(f"fraction must be a number or None, got {type(fraction).__name__}")
+            if not 0.0 <= fraction <= 1.0:
+                raise ValueError("fraction must be between 0 and 1")
+            fraction = float(fraction)
         self._channel.progress(text, fraction)
 
     def step(self, name: str, fn: Callable[..., T], *args: Any, timeout: float | None = None) -> T:
@@ -96,8 +108,9 @@ class Context:
         last step saved. One step's timeout is armed at a time: a step with
         a timeout inside another replaces the outer one's.
 
-        The result must be JSON-encodable; it is returned as decoded from
-        JSON on a retry, so return plain values (or convert them back).
+        The result must be JSON-encodable (NaN and infinity are a ValueError);
+        it is returned as decoded from JSON on a retry, so return plain
+        values (or convert them back).
         """
         if not name or '"' in name or len(name) > 200:
             raise ValueError("a step name is 1-200 characters without '\"'")
@@ -121,5 +134,10 @@ class Context:
             except BaseException:
                 self._channel.step_clock(name, None)
                 raise
-        self._channel.step_done(name, msgspec.json.encode(result))
+        encoded = msgspec.json.encode(result)
+        # JSON has no NaN/Infinity and msgspec writes them as null: a retry
+        # would get a different value back, so the step fails instead
+        if b"null" in encoded and non_finite(msgspec.to_builtins(result)):
+            raise ValueError(f"step {name!r} returned NaN or infinity, which JSON cannot carry")
+        self._channel.step_done(name, encoded)
         return result

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from procqueue import errors, models
-from procqueue.codec import Codec
+from procqueue.codec import MAX_DEPTH, Codec, too_deep
 
 MAX_ARGS_BYTES = 64 * 1024 * 1024
 """Largest encoded arguments accepted (the pipe frame limit is well above)."""
@@ -236,6 +236,8 @@ def bind_args(
         raise errors.EnqueueError(
             f"arguments of {name} are {len(encoded)} bytes encoded; the limit is {MAX_ARGS_BYTES}"
         )
+    if too_deep(encoded):  # a child would decode it on a deeper stack than this encoder
+        raise errors.EnqueueError(f"arguments of {name} are nested deeper than {MAX_DEPTH} levels")
     if types:
         check_types(name, msgspec.json.decode(encoded), types, codec)
     return encoded

@@ -12,12 +12,13 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
 from procqueue import errors, models
 from procqueue.codec import Codec
 from procqueue.jobs import cron
 from procqueue.jobs.context import Context
+from procqueue.jobs.hooks import Hooks
 from procqueue.jobs.options import JobOptions, bind_args, parse_options
 
 P = ParamSpec("P")
@@ -41,6 +42,9 @@ class Enqueuer(Protocol):
 class Job(Generic[P, R]):
     """A registered job function. Calling it calls the function directly.
 
+    `P` is what `enqueue` takes: the function's parameters less a leading
+    `Context` (`JobDecorator` types it so), so type checkers check enqueues.
+
     Attributes:
         app: what `enqueue` goes through (the App that registered the job).
         name: the job's name, ``module.qualname`` unless given.
@@ -50,14 +54,17 @@ class Job(Generic[P, R]):
     def __init__(
         self,
         app: Enqueuer,
-        fn: Callable[P, R],
+        fn: Callable[..., R],
         name: str,
         options: JobOptions,
         codec: Codec | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         self.app = app
         self.codec = codec or Codec()
         """How its arguments and result are encoded (the App's hooks)."""
+        self.hooks = hooks or Hooks()
+        """The App's `around_run` hooks wrap each of its runs."""
         self.info_param: str | None = None
         """Set for an on_failure handler: its first argument is always a `JobInfo`."""
         self.fn = fn
@@ -91,13 +98,13 @@ class Job(Generic[P, R]):
             self.info_param = params[0]
             self.__dict__.pop("arg_types", None)  # computed again with it
 
-    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+    def __call__(self, *args: Any, **kwargs: Any) -> R:
         return self.fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<Job {self.name}>"
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> int:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Enqueues one run with these arguments (positional ones bound to the
         job's parameters in order, as a call would); returns the job id."""
         return self.app.enqueue(self.name, self.by_name(args, kwargs))
@@ -132,7 +139,7 @@ class Job(Generic[P, R]):
                 flat.update(value)
         return flat
 
-    def configure(self, **options: Any) -> Configured:
+    def configure(self, **options: Any) -> Configured[P]:
         """Per-call options (`delay`, `key`, `serial_key`, `run_at`, `queue`, ...).
 
         Raises EnqueueError here for an unknown option.
@@ -141,17 +148,29 @@ class Job(Generic[P, R]):
         return Configured(self, options)
 
 
-class Configured:
+class Configured(Generic[P]):
     """A job with per-call options, ready to enqueue."""
 
-    def __init__(self, job: Job[Any, Any], options: dict[str, Any]) -> None:
+    def __init__(self, job: Job[P, Any], options: dict[str, Any]) -> None:
         self._job = job
         self._options = options
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> int:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> int:
         """Enqueues one run with these arguments and the configured options."""
         job = self._job
         return job.app.enqueue(job.name, job.by_name(args, kwargs), **self._options)
+
+
+class JobDecorator(Protocol):
+    """What ``@app.job(...)`` and ``@app.cron(...)`` return: registers a
+    function as a `Job` whose `enqueue` takes its parameters less a leading
+    `Context`."""
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Context, P], R], /) -> Job[P, R]: ...
+
+    @overload
+    def __call__(self, fn: Callable[P, R], /) -> Job[P, R]: ...
 
 
 def _is_context(fn: Callable[..., Any], param: inspect.Parameter) -> bool:
@@ -177,6 +196,8 @@ class Registry(Mapping[str, Job[Any, Any]]):
     def __init__(self, owner: Enqueuer, codec: Codec | None = None) -> None:
         self._owner = owner
         self.codec = codec or Codec()
+        self.hooks = Hooks()
+        """Around runs, enqueues and attempts that died (`App.hooks`)."""
         self._jobs: dict[str, Job[Any, Any]] = {}
         self.schedules: list[cron.Schedule] = []
 
@@ -192,7 +213,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
     def __repr__(self) -> str:
         return f"<Registry of {len(self._jobs)} jobs>"
 
-    def register(self, fn: Callable[P, R], options: dict[str, Any]) -> Job[P, R]:
+    def register(self, fn: Callable[..., R], options: dict[str, Any]) -> Job[Any, R]:
         """Registers `fn` with `options` (``name`` among them, optionally).
 
         Raises ConfigError for a bad option, a name registered twice, or a
@@ -211,19 +232,19 @@ class Registry(Mapping[str, Job[Any, Any]]):
         parsed = parse_options(options, JobOptions(), now=0.0, registering=True)
         if name in self._jobs:
             raise errors.ConfigError(f"job {name!r} is registered twice")
-        job = Job(self._owner, fn, name, parsed.options, self.codec)
+        job: Job[Any, R] = Job(self._owner, fn, name, parsed.options, self.codec, self.hooks)
         self._jobs[name] = job
         return job
 
     def register_cron(
         self,
-        fn: Callable[P, R],
+        fn: Callable[..., R],
         *,
         expr: str,
         timezone: str,
         args: dict[str, Any],
         options: dict[str, Any],
-    ) -> Job[P, R]:
+    ) -> Job[Any, R]:
         """Registers `fn` and a schedule enqueuing it with `args` on every
         tick of `expr` (validated by the caller with `cron.validate`).
 
@@ -295,6 +316,7 @@ class Registry(Mapping[str, Job[Any, Any]]):
                 name, job.arg_signature, args or {}, codec=self.codec, types=job.arg_types
             )
         o = parsed.options
+        # Field by field, so mypy checks each option against the column it fills.
         return models.NewJob(
             name=name,
             args=encoded,

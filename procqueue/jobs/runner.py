@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from procqueue import errors, protocol
-from procqueue.jobs import options, stopping
+from procqueue.jobs import hooks, options, stopping
 from procqueue.jobs.context import Channel, Context
 from procqueue.jobs.stopping import EventLoop, Guard
 
@@ -24,31 +24,37 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 """procqueue's own folder: frames of files under it are not the job's."""
 
 
-def convert_args(job: Job[Any, Any], encoded: bytes) -> dict[str, Any]:
-    """Decodes `encoded` and converts each typed parameter with msgspec.
-
-    Raises Permanent naming the argument that does not fit.
-    """
+def decode_args(job: Job[Any, Any], encoded: bytes) -> dict[str, Any]:
+    """The stored arguments of `job`, decoded; Permanent unless a JSON object."""
     try:
         args = msgspec.json.decode(encoded)
     except msgspec.DecodeError as exc:
         raise errors.Permanent(f"arguments of {job.name} are not valid JSON: {exc}") from None
     if not isinstance(args, dict):
         raise errors.Permanent(f"arguments of {job.name} are not an object")
+    return args
+
+
+def convert_args(job: Job[Any, Any], args: dict[str, Any]) -> dict[str, Any]:
+    """A copy of `args` with each typed parameter converted with msgspec.
+
+    Raises Permanent naming the argument that does not fit.
+    """
     try:
         job.arg_signature.bind(**args)
     except TypeError as exc:
         raise errors.Permanent(f"arguments no longer fit {job.name}: {exc}") from None
     types = job.arg_types
+    converted = dict(args)
     for name, value in args.items():
         wanted = types.get(name)
         if wanted is None or wanted is Any:
             continue
         try:
-            args[name] = job.codec.convert(value, wanted)
+            converted[name] = job.codec.convert(value, wanted)
         except msgspec.ValidationError as exc:
             raise errors.Permanent(f"argument {name!r} of {job.name}: {exc}") from None
-    return args
+    return converted
 
 
 def describe(exc: BaseException) -> str:
@@ -67,25 +73,18 @@ def _is_procqueue(filename: str) -> bool:
 
 
 def call(
-    job: Job[Any, Any],
-    *,
-    job_id: int,
-    attempt: int,
-    encoded: bytes,
-    channel: Channel,
-    guard: Guard | None = None,
-    loop: EventLoop | None = None,
+    job: Job[Any, Any], run: hooks.Run, channel: Channel, guard: Guard, loop: EventLoop | None
 ) -> Any:
-    """Converts the arguments and calls the job, an async one run to its end
-    on `loop` (a loop made and closed for this call when None); its
+    """Converts `run`'s arguments and calls the job, an async one run to its
+    end on `loop` (a loop made and closed for this call when None); its
     exceptions propagate, and so does the `Stopped` that `guard` delivers.
 
     Raises Permanent, having closed it, when a sync function returns a
     coroutine; RuntimeError for an async job called from a running loop.
     """
-    args = convert_args(job, encoded)
-    guard = guard or Guard()
-    head = (Context(id=job_id, attempt=attempt, channel=channel),) if job.takes_context else ()
+    args = convert_args(job, dict(run.args))
+    cx = Context(id=run.job_id, attempt=run.attempt, channel=channel) if job.takes_context else None
+    head = () if cx is None else (cx,)
     with guard.running():
         result = job.fn(*head, **args)
         if not inspect.iscoroutine(result):
@@ -104,39 +103,76 @@ def call(
 
 def execute(
     job: Job[Any, Any],
+    message: protocol.Run,
     *,
-    job_id: int,
-    attempt: int,
-    encoded: bytes,
     channel: Channel,
     guard: Guard | None = None,
     loop: EventLoop | None = None,
 ) -> protocol.Done | protocol.Failed:
-    """Runs one attempt (see `call`) and reports it as the message the
-    supervisor expects.
+    """Runs one attempt (see `call`) inside the job's `around_run` hooks and
+    reports it as the message the supervisor expects.
 
     Catches everything the job raises, `SystemExit`, `KeyboardInterrupt`
     and `Stopped` included: a job cannot stop its child by raising.
     """
+    return attempt(job, message, channel=channel, guard=guard or Guard(), loop=loop)[0]
+
+
+def attempt(
+    job: Job[Any, Any],
+    message: protocol.Run,
+    *,
+    channel: Channel,
+    guard: Guard,
+    loop: EventLoop | None,
+) -> tuple[protocol.Done | protocol.Failed, hooks.Run]:
+    """`execute`'s reply, and the `Run` its hooks saw (result and exception set)."""
     try:
-        result = call(
-            job,
-            job_id=job_id,
-            attempt=attempt,
-            encoded=encoded,
-            channel=channel,
-            guard=guard,
-            loop=loop,
-        )
-    except errors.Snooze as exc:
+        args, bad = decode_args(job, message.args), None
+    except errors.Permanent as exc:
+        args, bad = {}, exc
+    run = hooks.Run(
+        job_id=message.job_id,
+        name=job.name,
+        queue=message.queue,
+        attempt=message.attempt,
+        args=args,
+        headers=message.headers,
+    )
+    around = hooks.Around(job.hooks.run, run)
+    around.enter()
+    reply: protocol.Done | protocol.Failed
+    try:
+        if bad is not None:
+            raise bad
+        run.result = call(job, run, channel, guard, loop)
+    except BaseException as exc:
+        run.exception = exc
+        reply = failure(run.job_id, exc)
+    else:
+        reply = reply_of(job, run.job_id, run.result)
+    if isinstance(reply, protocol.Failed):
+        run.outcome, run.error = reply.kind, reply.error
+    else:
+        run.outcome = "done"
+    around.exit(run.exception)
+    return reply, run
+
+
+def failure(job_id: int, exc: BaseException) -> protocol.Failed:
+    """What the supervisor is told of an attempt that raised `exc`."""
+    if isinstance(exc, errors.Snooze):
         words = f"Snooze: {exc}" if str(exc) else f"Snooze({exc.seconds:g})"
         return protocol.Failed(job_id=job_id, kind="snooze", error=words, delay=exc.seconds)
-    except errors.Retry as exc:  # deliberate: the message says it all
+    if isinstance(exc, errors.Retry):  # deliberate: the message says it all
         return protocol.Failed(job_id=job_id, kind="retry", error=f"Retry: {exc}", delay=exc.delay)
-    except errors.Permanent as exc:
+    if isinstance(exc, errors.Permanent):
         return protocol.Failed(job_id=job_id, kind="permanent", error=f"Permanent: {exc}")
-    except BaseException as exc:
-        return protocol.Failed(job_id=job_id, kind="error", error=describe(exc))
+    return protocol.Failed(job_id=job_id, kind="error", error=describe(exc))
+
+
+def reply_of(job: Job[Any, Any], job_id: int, result: Any) -> protocol.Done | protocol.Failed:
+    """`result` encoded for the supervisor, or the failure saying why it can't be."""
     try:
         encoded_result = job.codec.encode(result)
         if b"null" in encoded_result and options.non_finite(job.codec.to_builtins(result)):
@@ -178,8 +214,9 @@ class InlineChannel:
 
 
 def run_inline(job: Job[Any, Any], encoded: bytes) -> Any:
-    """One attempt in this process (an async job on an event loop of its
-    own, like `asyncio.run`); the result round-trips through JSON.
+    """One attempt in this process, inside the job's `around_run` hooks (an
+    async job on an event loop of its own, like `asyncio.run`); the result
+    round-trips through JSON, and the job's exception propagates.
 
     Raises RuntimeError for an async job when called from a running event
     loop, before the job runs.
@@ -190,5 +227,10 @@ def run_inline(job: Job[Any, Any], encoded: bytes) -> Any:
             "job's run needs a loop of its own: call it from synchronous code, "
             "e.g. await asyncio.to_thread(app.run_inline, job, ...)"
         )
-    result = call(job, job_id=0, attempt=1, encoded=encoded, channel=InlineChannel())
-    return msgspec.json.decode(job.codec.encode(result))
+    message = protocol.Run(
+        job_id=0, attempt=1, name=job.name, args=encoded, steps={}, queue=job.options.queue
+    )
+    _, run = attempt(job, message, channel=InlineChannel(), guard=Guard(), loop=None)
+    if run.exception is not None:
+        raise run.exception
+    return msgspec.json.decode(job.codec.encode(run.result))

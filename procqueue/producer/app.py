@@ -18,14 +18,18 @@ from __future__ import annotations
 import importlib
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+
+import msgspec
 
 from procqueue import errors, models
 from procqueue.clock import Clock, from_env
 from procqueue.codec import Codec, DecHook, EncHook
 from procqueue.jobs import cron, runner
+from procqueue.jobs.context import Context
+from procqueue.jobs.hooks import Around, Enqueue, Hooks, entries
 from procqueue.jobs.options import bind_args
-from procqueue.jobs.registry import Job, Registry
+from procqueue.jobs.registry import Job, JobDecorator, Registry
 from procqueue.producer.control import Control
 
 if TYPE_CHECKING:
@@ -76,6 +80,13 @@ class App(Control):
         self._client_lock = threading.Lock()
 
     @property
+    def hooks(self) -> Hooks:
+        """Hooks around every run, every enqueue, and attempts whose child
+        died: ``@app.hooks.around_run``, ``@app.hooks.around_enqueue``,
+        ``@app.hooks.on_run_died`` (docs/hooks.md)."""
+        return self.registry.hooks
+
+    @property
     def schedules(self) -> list[cron.Schedule]:
         """The cron schedules registered with `cron`."""
         return self.registry.schedules
@@ -83,18 +94,21 @@ class App(Control):
     # -- registration -----------------------------------------------------
 
     @overload
+    def job(self, fn: Callable[Concatenate[Context, P], R], /) -> Job[P, R]: ...
+
+    @overload
     def job(self, fn: Callable[P, R], /) -> Job[P, R]: ...
 
     @overload
-    def job(self, fn: None = None, /, **options: Any) -> Callable[[Callable[P, R]], Job[P, R]]: ...
+    def job(self, fn: None = None, /, **options: Any) -> JobDecorator: ...
 
-    def job(self, fn: Callable[P, R] | None = None, /, **options: Any) -> Any:
+    def job(self, fn: Callable[..., R] | None = None, /, **options: Any) -> Any:
         """Registers a job: ``@app.job`` or ``@app.job(queue=..., timeout=...)``.
 
         Raises ConfigError for a bad option or a name registered twice.
         """
 
-        def register(fn: Callable[P, R]) -> Job[P, R]:
+        def register(fn: Callable[..., R]) -> Job[Any, R]:
             return self.registry.register(fn, options)
 
         return register(fn) if fn is not None else register
@@ -106,7 +120,7 @@ class App(Control):
         timezone: str = "UTC",
         args: dict[str, Any] | None = None,
         **options: Any,
-    ) -> Callable[[Callable[P, R]], Job[P, R]]:
+    ) -> JobDecorator:
         """Registers a job enqueued on every tick of `expr`, once cluster-wide.
 
         Raises ConfigError at import for a malformed expression (quoted), one
@@ -114,7 +128,7 @@ class App(Control):
         """
         cron.validate(expr, timezone)
 
-        def register(fn: Callable[P, R]) -> Job[P, R]:
+        def register(fn: Callable[..., R]) -> Job[Any, R]:
             return self.registry.register_cron(
                 fn, expr=expr, timezone=timezone, args=args or {}, options=options
             )
@@ -211,7 +225,7 @@ class App(Control):
         input, with nothing written.
         """
         prepared = self.registry.prepare(name, args, options, now=self.clock.now())
-        return self.client.insert([prepared], connection=connection)[0]
+        return self._insert([prepared], [args], connection)[0]
 
     def enqueue_many(
         self,
@@ -223,8 +237,44 @@ class App(Control):
         in order. EnqueueError for any bad item, with nothing written."""
         now = self.clock.now()
         prepare = self.registry.prepare
-        jobs = [prepare(name, args, opts or {}, now=now) for name, args, opts in items]
-        return self.client.insert(jobs, connection=connection)
+        given = list(items)
+        jobs = [prepare(name, args, opts or {}, now=now) for name, args, opts in given]
+        return self._insert(jobs, [args for _, args, _ in given], connection)
+
+    def _insert(
+        self,
+        jobs: list[models.NewJob],
+        args: list[dict[str, Any] | None],
+        connection: object | None,
+    ) -> list[int]:
+        """Inserts checked `jobs` inside the `around_enqueue` hooks, with the
+        headers they add (`args`: each job's arguments as given)."""
+        hooked = self.registry.hooks.enqueue
+        if not hooked:
+            return self.client.insert(jobs, connection=connection)
+        seen = [
+            Enqueue(name=j.name, queue=j.queue, args=a or {})
+            for j, a in zip(jobs, args, strict=True)
+        ]
+        around = Around(hooked, seen)
+        around.enter()
+        try:
+            ids = self.client.insert(
+                [
+                    msgspec.structs.replace(j, headers=entries(s.headers, j.name))
+                    if s.headers
+                    else j
+                    for j, s in zip(jobs, seen, strict=True)
+                ],
+                connection=connection,
+            )
+        except BaseException as exc:
+            around.exit(exc)
+            raise
+        for s, id in zip(seen, ids, strict=True):
+            s.id = id
+        around.exit(None)
+        return ids
 
     # -- batches (see producer.batches) -----------------------------------
 

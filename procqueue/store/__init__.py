@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import urllib.parse
 
 from procqueue import config, errors
+from procqueue.store._dsn import describe
 from procqueue.store.base import Store
 
 __all__ = ["DEFAULT_DSN", "Store", "describe", "open_store", "resolve_dsn"]
@@ -19,18 +19,6 @@ def resolve_dsn(explicit: str | None) -> str:
     if explicit or os.environ.get("PROCQUEUE_DSN"):
         return explicit or os.environ["PROCQUEUE_DSN"]
     return config.layered(None).dsn or DEFAULT_DSN
-
-
-def describe(dsn: str) -> str:
-    """`dsn` without its password, for messages."""
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-    except ValueError:  # unparsable: keep only what follows the credentials
-        return "..." + dsn.rsplit("@", 1)[1] if "@" in dsn else dsn
-    if parts.password is None:
-        return dsn
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
-    return urllib.parse.urlunsplit(parts._replace(netloc=netloc))
 
 
 def open_store(dsn: str, *, create: bool = True) -> Store:

@@ -18,6 +18,10 @@ O(its dependents), and is idempotent (resolved edges are passed over).
 The dependents are locked in id order before they are decided: of two
 transactions ending a job's last two dependencies at once, the second to
 take the lock sees the first's edge resolved, so one of them promotes it.
+Below a job that failed or was cancelled, every blocked job downstream is
+locked in the same statement, in the same order: the cancel runs down level
+by level, and a later level's lock taken then would cross another ending's
+id order (a deadlock of two endings deciding shared dependents).
 An enqueue locks the jobs it names (``FOR SHARE``) before it writes its
 edges, so none of them can end unseen in between.
 
@@ -159,30 +163,17 @@ class DepMethods:
             )
         return found
 
-    def job_parent_results(self, *, id: int) -> dict[int, bytes]:
-        """The results (JSON as stored) of the done dependencies of job `id`.
-
-        Raises:
-            _rows.Undecodable: one is not JSON text.
-        """
-        return parent_results(self._db, None, [id]).get(id, {})
-
 
 def parent_results(
-    db: _dialect.Dialect, tx: _dialect.Tx | None, ids: Sequence[int]
+    db: _dialect.Dialect, tx: _dialect.Tx, ids: Sequence[int]
 ) -> dict[int, dict[int, bytes]]:
-    """The results of the done dependencies of each of the jobs `ids`
-    (in `tx`, or a statement of its own when None).
+    """The results of the done dependencies of each of the jobs `ids`, read in `tx`.
 
     Raises:
         _rows.Undecodable: naming the first result that is not JSON text
             (None stands for JSON null).
     """
-    params = {"ids": db.array(list(ids))}
-    if tx is None:
-        rows = db.statement("dep_results_of", params, idempotent=True).rows
-    else:
-        rows = tx.execute("dep_results_of", params).fetchall()
+    rows = tx.execute("dep_results_of", {"ids": db.array(list(ids))}).fetchall()
     found: dict[int, dict[int, bytes]] = {}
     for r in rows:
         value = r["result"]

@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 
 from procqueue import errors
-from procqueue.store import describe
+from procqueue.store._dsn import describe
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,52}")  # "procqueue_" + 53 = 63, NOTIFY's limit
 DEFAULT_SCHEMA = "procqueue"

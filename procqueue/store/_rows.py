@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 
-from procqueue import errors, models
+from procqueue import codec, errors, models
 
 T = TypeVar("T")
 
@@ -52,14 +52,17 @@ def json_text(value: bytes, what: str) -> str:
     """`value` as text for a JSON column.
 
     Raises:
-        errors.StoreRejected: `value` is not UTF-8, or not JSON; `what` names it.
+        errors.StoreRejected: `value` is not UTF-8, not JSON, or nested
+            deeper than `codec.MAX_DEPTH`; `what` names it.
     """
+    if codec.too_deep(value):
+        raise errors.StoreRejected(f"{what} is nested deeper than {codec.MAX_DEPTH} levels")
     try:
         text = value.decode()
         msgspec.json.decode(value)
     except UnicodeDecodeError as exc:
         raise errors.StoreRejected(f"{what} is not valid UTF-8: {exc.reason}") from None
-    except msgspec.DecodeError as exc:
+    except codec.DECODE_ERRORS as exc:
         raise errors.StoreRejected(f"{what} is not valid JSON: {exc}") from None
     return text
 
@@ -85,6 +88,7 @@ def insert_params(job: models.NewJob, now: float) -> dict[str, Any]:
         "run_at": now if job.run_at is None else job.run_at,
         "now": now,
         "deadline_at": job.deadline_at,
+        "headers": _encode(job.headers).decode() if job.headers else None,
     }
 
 
@@ -173,7 +177,7 @@ class _Json:
     def value(self, value: object) -> Any:
         try:
             return msgspec.json.decode(self._raw(value))
-        except msgspec.DecodeError as exc:
+        except codec.DECODE_ERRORS as exc:  # RecursionError: nested deeper than this stack
             raise Undecodable(f"invalid JSON ({exc})") from None
 
     def mapping(self, value: object) -> dict[str, Any]:
@@ -188,6 +192,17 @@ class _Json:
         raw = self._raw(value)
         return raw.encode() if isinstance(raw, str) else raw
 
+    def headers(self, value: object) -> dict[str, str]:
+        """The text entries of a headers object; never raises: headers are
+        for tracing and logs, and a bad one must not stop the job."""
+        try:
+            decoded = None if value is None else self.value(value)
+        except Undecodable:
+            return {}
+        if not isinstance(decoded, dict):
+            return {}
+        return {k: v for k, v in decoded.items() if isinstance(v, str)}
+
     def strings(self, value: object) -> list[str]:
         decoded = self.value(value)
         if not isinstance(decoded, list) or not all(isinstance(s, str) for s in decoded):
@@ -200,7 +215,7 @@ class _Json:
                 return decoder.decode(self._raw(value))
             except msgspec.ValidationError as exc:
                 raise Undecodable(f"unexpected JSON ({exc})") from None
-            except msgspec.DecodeError as exc:
+            except codec.DECODE_ERRORS as exc:
                 raise Undecodable(f"invalid JSON ({exc})") from None
 
         return check
@@ -255,6 +270,7 @@ def _claim_columns(json: _Json) -> tuple[tuple[str, str, Check], ...]:
         ("run_at", "run_at", _number),
         ("snoozes", "snoozes", _int),
         ("max_snoozes", "max_snoozes", _int),
+        ("headers", "headers", json.headers),
     )
 
 

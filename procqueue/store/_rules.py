@@ -170,11 +170,20 @@ class Rules:
         on commit."""
         if not ids:
             return
+        again: list[int] = []
         todo = list(ids)
         while todo:  # the dependents blocked again run again too
-            again, todo = _deps.reopen(self._db, tx, todo, now)
-            if again:
-                tx.execute("batch_reopen_of_jobs", {"ids": self._db.array(again)})
+            ran, todo = _deps.reopen(self._db, tx, todo, now)
+            again += ran
+        if again:
+            # Every batch of a job running again is locked (jobs before batches, the
+            # order of every ending) and only then reopened, in a statement of its
+            # own: a transaction ending a batch's last member either completed it
+            # before the lock was granted, and the reopen sees that completion, or
+            # asks whether a member is open after this commits, and sees this one.
+            array = self._db.array(again)
+            tx.execute("batch_lock_of_reopened", {"ids": array})
+            tx.execute("batch_reopen_of_jobs", {"ids": array})
         tx.notify()
 
     def deleted(self, tx: _dialect.Tx, ids: Sequence[int]) -> None:

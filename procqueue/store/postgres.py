@@ -33,7 +33,8 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
 
 from procqueue import errors
-from procqueue.store import _dialect, _pg_conninfo, _pg_listen, _queries, _sql, describe
+from procqueue.store import _dialect, _pg_conninfo, _pg_listen, _queries, _sql
+from procqueue.store._dsn import describe
 
 __all__ = ["Bounds", "PostgresStore", "split_dsn"]
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 import msgspec
 
-from procqueue import events, models, protocol
+from procqueue import codec, events, models, protocol
+from procqueue.jobs import hooks
 from procqueue.supervisor import retry
 
 PROGRESS_TEXT_MAX = 1000
@@ -90,6 +91,18 @@ def merged_progress(
     return old_text, old_fraction
 
 
+def json_fault(raw: bytes) -> str | None:
+    """What is wrong with JSON `raw` from a child (an untrusted frame): "is
+    not valid JSON: ...", "is nested deeper than ..."; None if nothing is."""
+    if codec.too_deep(raw):
+        return f"is nested deeper than {codec.MAX_DEPTH} levels"
+    try:
+        msgspec.json.decode(raw)
+    except codec.DECODE_ERRORS as exc:
+        return f"is not valid JSON: {exc}"
+    return None
+
+
 def replied(
     a: Attempt, message: protocol.Done | protocol.Failed, *, now: float, rng: random.Random
 ) -> models.Outcome:
@@ -98,10 +111,9 @@ def replied(
     pending again, its attempt given back, when it snoozed; else failed,
     retried per its policy (at once never, for a permanent failure)."""
     if isinstance(message, protocol.Done):
-        try:
-            msgspec.json.decode(message.result)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            error = f"the job's result is not valid JSON: {exc}"
+        error = json_fault(message.result)
+        if error is not None:
+            error = f"the job's result {error}"
             return retry.after_failure(
                 a.job, error=error, permanent=False, delay=None, now=now, rng=rng
             )
@@ -218,4 +230,23 @@ def finished(
         seconds=ran,
         kill=None if a.kill is None else a.kill[0],
         asked=a.retry_asked,
+    )
+
+
+def died(
+    a: Attempt, exit_reason: str, outcome: models.Outcome | None, *, now: float
+) -> hooks.RunDied:
+    """What `on_run_died` hooks are told of `a`, whose child died at wall
+    time `now` (`outcome` None: its lease was lost)."""
+    return hooks.RunDied(
+        job_id=a.job.id,
+        name=a.job.name,
+        queue=a.job.queue,
+        attempt=a.job.attempt,
+        headers=a.job.headers,
+        exit_reason=exit_reason,
+        kill=None if a.kill is None else a.kill[0],
+        error=None if outcome is None else outcome.error,
+        started_at=a.started_wall,
+        ended_at=now,
     )

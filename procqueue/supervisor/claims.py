@@ -16,15 +16,13 @@ goes straight back, its attempt unspent.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from procqueue import errors, events, models
 from procqueue.clock import Clock
-from procqueue.store.base import Cycle, Renewal, Store
-from procqueue.supervisor.children.slots import Children
-from procqueue.supervisor.dbthread import DbCalls
+from procqueue.store.base import Cycle, Renewal
+from procqueue.supervisor.dbpart import DbPart
 from procqueue.supervisor.lease import Lease
-from procqueue.supervisor.running import Attempts
-from procqueue.supervisor.settings import Settings
 
 log = logging.getLogger("procqueue.supervisor")
 
@@ -45,43 +43,29 @@ def window_depth(mean_s: float) -> int:
     return 2 + min(AHEAD_MAX - 1, int(AHEAD_S / max(mean_s, 1e-5)))
 
 
-class Claims:
+@dataclass(eq=False, kw_only=True)
+class Claims(DbPart):
     """One supervisor's claims and outcome writes."""
 
-    def __init__(
-        self,
-        *,
-        attempts: Attempts,
-        pool: Children,
-        store: Store,
-        db: DbCalls,
-        clock: Clock,
-        settings: Settings,
-        lease: Lease,
-        events: events.EventStream,
-        owner: str,
-    ) -> None:
-        self.attempts = attempts
-        self.pool = pool
-        self.store = store
-        self.db = db
-        self.clock = clock
-        self.settings = settings
-        self.lease = lease
-        self.events = events
-        self.owner = owner
+    clock: Clock
+    lease: Lease
+    events: events.EventStream
+    owner: str
+    """Whose leases it takes and renews (``host:pid:token``)."""
+
+    def __post_init__(self) -> None:
         self.want = True
         """Claim at the next pass (a wake-up, a freed window, a full claim);
         set here and by `wake`."""
-        self.next_at = clock.monotonic()
+        self.next_at = self.clock.monotonic()
         """When the safety-net poll claims anyway (monotonic)."""
         self._stopped = False
         """Draining: outcomes are still written, nothing is claimed."""
         self._solo = 0
         """Outcomes to write one at a time: the database refused a batch."""
-        self.renew_at = clock.monotonic() + lease.renew_every
+        self.renew_at = self.clock.monotonic() + self.lease.renew_every
         """When the leases of every held job are renewed next (monotonic)."""
-        self.cancels_at = clock.monotonic()
+        self.cancels_at = self.clock.monotonic()
         """When cancel requests are looked for next (monotonic)."""
 
     def start(self, now: float) -> None:

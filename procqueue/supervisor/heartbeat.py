@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from procqueue import errors
@@ -40,34 +41,23 @@ def _version() -> str:
         return "unknown"
 
 
+@dataclass(eq=False, kw_only=True)
 class Heartbeat:
-    """One supervisor's heartbeat row and start-up limits.
+    """One supervisor's heartbeat row and start-up limits."""
 
-    Args:
-        busy: how many children run a job now.
-    """
+    store: Store
+    db: DbCalls
+    clock: Clock
+    settings: Settings
+    owner: str
+    spec: str
+    busy: Callable[[], int]
+    """How many children run a job now."""
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        db: DbCalls,
-        clock: Clock,
-        settings: Settings,
-        owner: str,
-        spec: str,
-        busy: Callable[[], int],
-    ) -> None:
-        self.store = store
-        self.db = db
-        self.clock = clock
-        self.settings = settings
-        self.owner = owner
-        self.spec = spec
-        self.busy = busy
-        self.every = every(settings.lease)
-        self.next_at = clock.monotonic()
-        self.started_at = clock.now()
+    def __post_init__(self) -> None:
+        self.every = every(self.settings.lease)
+        self.next_at = self.clock.monotonic()
+        self.started_at = self.clock.now()
         self.version = _version()
         self.beating = False
         """Set once `step` submitted a beat: `stop` then removes the row."""

@@ -105,6 +105,7 @@ class Supervisor:
             lease=lease,
             events=self.events,
             rng=rng or random.Random(),
+            on_died=app.hooks.tell_died,
         )
         self.writes = AttemptWrites(
             attempts=self.attempts,

@@ -65,12 +65,6 @@ class Metrics:
         self.leases_lost = Counter(
             "procqueue_leases_lost", "Attempts whose lease was lost", registry=r
         )
-        self.claim_batch = Histogram(
-            "procqueue_claim_batch_size",
-            "Jobs per claim",
-            buckets=(0, 1, 2, 4, 8, 16, 32, 64),
-            registry=r,
-        )
 
     def observe(self, event: events.Event) -> None:
         """Counts one supervisor event (an `events.EventStream` subscriber).

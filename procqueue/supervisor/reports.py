@@ -10,17 +10,12 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-
-import msgspec
+from dataclasses import dataclass
 
 from procqueue import errors, protocol
-from procqueue.store.base import Store
-from procqueue.supervisor.attempt import Attempt
-from procqueue.supervisor.children.slots import Children
-from procqueue.supervisor.dbthread import DbCalls
+from procqueue.supervisor.attempt import Attempt, json_fault
+from procqueue.supervisor.dbpart import DbPart
 from procqueue.supervisor.faults import Faults
-from procqueue.supervisor.running import Attempts
-from procqueue.supervisor.settings import Settings
 
 PID_AFTER_S = 1.0
 """The child's pid is written for jobs that report progress or run this long."""
@@ -29,25 +24,12 @@ RESERVED_START_S = 0.1
 written: for one still running after this long, with its pid."""
 
 
-class AttemptWrites:
+@dataclass(eq=False, kw_only=True)
+class AttemptWrites(DbPart):
     """Submits one supervisor's writes about its running attempts."""
 
-    def __init__(
-        self,
-        *,
-        attempts: Attempts,
-        pool: Children,
-        store: Store,
-        db: DbCalls,
-        settings: Settings,
-        faults: Faults | None,
-    ) -> None:
-        self.attempts = attempts
-        self.pool = pool
-        self.store = store
-        self.db = db
-        self.settings = settings
-        self.faults = faults
+    faults: Faults | None
+    """Where a test kills a child inside a step (None: nowhere)."""
 
     def step(self, index: int, message: protocol.Step) -> None:
         """Saves a durable step the child in slot `index` reported, then lets
@@ -67,11 +49,9 @@ class AttemptWrites:
             words = f"killed by fault injector in step {message.name!r}"
             self.attempts.kill(a, "error", words, hard=True)
             return
-        try:
-            msgspec.json.decode(message.value)
-        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
-            words = f"step {message.name!r} is not valid JSON: {exc}"
-            self.attempts.kill(a, "error", words, hard=True)
+        fault = json_fault(message.value)
+        if fault is not None:
+            self.attempts.kill(a, "error", f"step {message.name!r} {fault}", hard=True)
             return
 
         def saved(ok: bool) -> None:

@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import collections
 import random
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from procqueue import events, models, protocol
 from procqueue.child import crashlog
 from procqueue.clock import Clock
+from procqueue.jobs.hooks import RunDied
 from procqueue.supervisor.attempt import (
     Attempt,
     as_ended,
     cancelled,
+    died,
     finished,
     handed_back,
     history_name,
@@ -42,25 +46,21 @@ from procqueue.supervisor.lease import Lease
 from procqueue.supervisor.settings import Settings
 
 
+@dataclass(eq=False, kw_only=True)
 class Attempts:
     """The attempts one supervisor's children hold, and their unwritten outcomes."""
 
-    def __init__(
-        self,
-        *,
-        pool: Children,
-        clock: Clock,
-        settings: Settings,
-        lease: Lease,
-        events: events.EventStream,
-        rng: random.Random,
-    ) -> None:
-        self.pool = pool
-        self.clock = clock
-        self.settings = settings
-        self.lease = lease
-        self.events = events
-        self.rng = rng
+    pool: Children
+    clock: Clock
+    settings: Settings
+    lease: Lease
+    events: events.EventStream
+    rng: random.Random
+    """Draws the jitter of retry delays."""
+    on_died: Callable[[RunDied], None] | None = None
+    """Told of each attempt whose child died (the App's `on_run_died` hooks)."""
+
+    def __post_init__(self) -> None:
         self.running: dict[int, Attempt] = {}
         """Child index -> the attempt it runs."""
         self.reserved: collections.deque[Attempt] = collections.deque()
@@ -108,10 +108,15 @@ class Attempts:
         ]
 
     def place(self) -> None:
-        """Hands reserved jobs, oldest first, to the children that are idle."""
+        """Hands reserved jobs, oldest first, to the children that are idle.
+        A reserved job whose lease has run out (this supervisor was stopped
+        meanwhile) is dropped, never started: another may have run it already."""
         if not self.reserved:
             return
+        wall = self.clock.now()
         for index in self.idle():
+            while self.reserved and self.lease.expired(self.reserved[0].lease_until, wall):
+                self.unreserve(self.reserved[0], None)
             if not self.reserved:
                 return
             self._place(index, self.reserved.popleft())
@@ -128,6 +133,8 @@ class Attempts:
             steps={name: bytes(raw) for name, raw in job.steps.items()},
             lease=self.lease.left(a.lease_until, self.clock.now()),
             parents=job.parents,
+            queue=job.queue,
+            headers=job.headers,
         )
         self._run(a)
         if not self.pool.send(index, message):
@@ -236,10 +243,13 @@ class Attempts:
             return
         stack = crashlog.collect(death.pid)  # a fatal signal's Python stack, for its history
         outcome = killed(a, death.reason, stack=stack, now=self.clock.now(), rng=self.rng)
+        exit_reason = short_exit(death.reason)
         if outcome is None:
             self._finished(a, None, "lost")
         else:
-            self.record(a, outcome, exit_reason=short_exit(death.reason))
+            self.record(a, outcome, exit_reason=exit_reason)
+        if self.on_died is not None:
+            self.on_died(died(a, exit_reason, outcome, now=self.clock.now()))
 
     def record(
         self, a: Attempt, outcome: models.Outcome, *, exit_reason: str | None = None

@@ -31,10 +31,16 @@ J = "tests.chaos.jobs."
 class BatchPart:
     """One batch of chaos jobs and its invariant."""
 
-    def __init__(self, app: App, members: int, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, app: App, members: int, say: Callable[[str], None], queue: str | None = None
+    ) -> None:
         self.app = app
         self.members = members
         self.say = say
+        self.queue = queue
+        """The members' queue (None: the default one)."""
+        self.reopens = False
+        """Whether bulk retries may reopen the batch (so it may complete more than once)."""
         self.id: int | None = None
 
     def plan(self, seed: int) -> Plan:
@@ -51,30 +57,39 @@ class BatchPart:
             else:
                 kind, args = "short", {"n": n}
             key = f"chaos:{seed}:batch:{n}"
-            out.append((J + kind, args, {"key": key}, key))
+            options = {"key": key} if self.queue is None else {"key": key, "queue": self.queue}
+            out.append((J + kind, args, options, key))
         return out
 
-    def enqueue(self, seed: int, enqueue: Callable[[Plan], None]) -> None:
+    def enqueue(self, seed: int, enqueue: Callable[[Plan], object]) -> None:
         """Enqueues the members as one batch through `enqueue` (the
         harness's, which retries through outages; keys make a retry
         idempotent)."""
         if self.members <= 0:
             return
         head = self.plan(seed)
+        self.open("chaos", lambda: enqueue(head))
+
+    def open(self, name: str, fill: Callable[[], object]) -> None:
+        """Makes the batch `name` with both handlers, fills it with `fill()`
+        (members join through the App's enqueue_many inside the batch) and
+        seals it, retrying through outages."""
         batch = self._retrying(
             lambda: self.app.batch(
-                "chaos", on_complete=HANDLER, on_success=HANDLER, meta={"members": len(head)}
+                name, on_complete=HANDLER, on_success=HANDLER, meta={"members": self.members}
             )
         )
         self.id = batch.id
         t0 = time.monotonic()
         try:
-            with batch:  # members join through the App's enqueue_many, in one call
-                enqueue(head)
+            with batch:
+                fill()
         except errors.StoreError:
             pass  # the exit's seal failed in an outage: sealed again below
         self._retrying(batch.seal)  # idempotent
-        self.say(f"batch {batch.id}: {len(head)} members enqueued in {time.monotonic() - t0:.1f}s")
+        self.say(
+            f"batch {batch.id}: {self.members} members enqueued in {time.monotonic() - t0:.1f}s"
+        )
 
     @staticmethod
     def _retrying(call: Callable[[], Any]) -> Any:
@@ -91,32 +106,44 @@ class BatchPart:
         """The invariant, over every job of the run (`infos`), or None when off."""
         if self.id is None:
             return None
-        name = "the batch completed once, after its last member, with one on_complete"
-        batch = self._retrying(lambda: self.app.batch_info(self.id))
-        members = list(self._retrying(lambda: list(self.app.batch_results(self.id))))
-        handlers = [i for i in infos.values() if i.key and i.key.startswith(f"batch:{self.id}:")]
+        batch_id = self.id
+        once = "once" if not self.reopens else "once per completion"
+        name = f"the batch completed {once}, after its last member, with one on_complete each time"
+        batch: BatchInfo = self._retrying(lambda: self.app.batch_info(batch_id))
+        members = list(self._retrying(lambda: list(self.app.batch_results(batch_id))))
+        handlers = {
+            i.key: i for i in infos.values() if i.key and i.key.startswith(f"batch:{self.id}:")
+        }
         problems = []
-        if batch.state != "complete" or batch.completions != 1:
-            problems.append(f"state {batch.state}, completions {batch.completions}")
+        n = batch.completions
+        if batch.state != "complete" or n < 1 or (n != 1 and not self.reopens):
+            problems.append(f"state {batch.state}, completions {n}")
         if batch.total != self.members or len(members) != self.members:
             problems.append(f"{batch.total} members counted, {len(members)} listed")
         last = max((m.finished_at for m in members if m.finished_at), default=None)
         if last is not None and batch.finished_at is not None and batch.finished_at < last:
             problems.append(f"completed at {batch.finished_at} before a member ended at {last}")
-        kinds = sorted((h.key or "").rsplit(":", 1)[-1] for h in handlers)
-        want = ["complete", "success"] if batch.succeeded else ["complete"]
-        if kinds != want:
-            problems.append(f"handlers enqueued {kinds}, expected {want}")
-        for h in handlers:
-            fired = msgspec.convert(h.args.get("info"), BatchInfo)
+        final = (batch.total, batch.done, batch.failed, batch.cancelled, 0)
+        wanted = set()
+        for c in range(1, n + 1):
+            complete = handlers.get(f"batch:{self.id}:{c}:complete")
+            if complete is None:
+                problems.append(f"no on_complete for completion {c}")
+                continue
+            fired = msgspec.convert(complete.args.get("info"), BatchInfo)
             counts = (fired.total, fired.done, fired.failed, fired.cancelled, fired.pending)
-            final = (batch.total, batch.done, batch.failed, batch.cancelled, 0)
-            if counts != final or fired.running:
-                problems.append(f"{h.key} got counts {counts}, final {final}")
+            if fired.pending or fired.running or fired.blocked or (c == n and counts != final):
+                problems.append(f"completion {c} got counts {counts}, final {final}")
+            wanted |= {f"batch:{self.id}:{c}:complete"}
+            if fired.succeeded:
+                wanted |= {f"batch:{self.id}:{c}:success"}
+        if set(handlers) != wanted:
+            problems.append(f"handlers {sorted(handlers)}, expected {sorted(wanted)}")
+        for h in handlers.values():
             if h.state != JobState.DONE:
                 problems.append(f"{h.key} is {h.state}")
         detail = (
-            f"batch {self.id}: {batch.total} members ({batch.done} done, {batch.failed} failed), "
-            f"handlers {kinds}"
+            f"batch {self.id}: {batch.total} members ({batch.done} done, {batch.failed} failed, "
+            f"{batch.cancelled} cancelled), {n} completions, {len(handlers)} handlers"
         )
         return name, not problems, detail + ("; " + "; ".join(problems[:5]) if problems else "")

@@ -35,7 +35,14 @@ def parse_args(argv: list[str] | None) -> Config:
     p.add_argument(
         "--restart-server",
         action="store_true",
-        help="PostgreSQL: also restart the server twice (only on a machine of your own)",
+        help="PostgreSQL: also restart the server twice (the shared one only on a machine "
+        "of your own; with --private-server, the run's own)",
+    )
+    p.add_argument(
+        "--private-server",
+        action="store_true",
+        help="PostgreSQL: run against a server of the run's own (initdb into a temporary "
+        "folder, a free port from 5499, removed afterwards), so that restarts disturb nobody",
     )
     p.add_argument("--seed", type=int)
     p.add_argument("--supervisors", type=int, default=3)
@@ -80,9 +87,27 @@ def parse_args(argv: list[str] | None) -> Config:
         metavar="N",
         help="also enqueue N cheap jobs as one batch with completion handlers",
     )
+    p.add_argument(
+        "--workflow-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also enqueue a workflow of N nodes (chains of diamonds with after=, some "
+        "failing for good) as one batch with an on_complete handler",
+    )
+    p.add_argument(
+        "--bulk-ops",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --batch-members: N bulk cancels and retries of the batch's members "
+        "(alternating) during the first half of the chaos",
+    )
     a = p.parse_args(argv)
-    if a.restart_server and a.backend != "postgres":
-        p.error("--restart-server needs --backend postgres")
+    if (a.restart_server or a.private_server) and a.backend != "postgres":
+        p.error("--restart-server and --private-server need --backend postgres")
+    if a.bulk_ops and a.batch_members <= 0:
+        p.error("--bulk-ops needs --batch-members")
     if a.stalls < 0 or a.freezes < 0:
         p.error("--stalls and --freezes take a count >= 0")
     return Config(
@@ -90,6 +115,7 @@ def parse_args(argv: list[str] | None) -> Config:
         minutes=a.minutes,
         jobs=a.jobs,
         restart_server=a.restart_server,
+        private_server=a.private_server,
         seed=a.seed,
         supervisors=a.supervisors,
         workers=a.workers,
@@ -106,16 +132,22 @@ def parse_args(argv: list[str] | None) -> Config:
         report=a.report,
         quiet=a.quiet,
         batch_members=a.batch_members,
+        workflow_nodes=a.workflow_nodes,
+        bulk_ops=a.bulk_ops,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    if cfg.backend == "postgres":
+    if cfg.backend == "postgres" and not cfg.private_server:
         reason = cluster.postgres_reason()
         if reason is not None:
             print(f"chaos: PostgreSQL unreachable at {cluster.PG_URL}: {reason}", file=sys.stderr)
             return 2
-    chaos = Chaos(cfg)
+    try:
+        chaos = Chaos(cfg)
+    except RuntimeError as exc:  # the private server could not be made
+        print(f"chaos: {exc}", file=sys.stderr)
+        return 2
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     return 0 if chaos.run() else 1

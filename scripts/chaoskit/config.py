@@ -33,6 +33,8 @@ FAILURE_WORDS = {
     "crash": ("child process", "lost its lease"),
 }
 """What their error must say: their own failure, or the chaos's kill of the last attempt."""
+PART_KINDS = {"node"}
+"""Kinds whose endings a part of the run checks against its own plan (the workflow's)."""
 
 
 @dataclass
@@ -41,6 +43,9 @@ class Config:
     minutes: float = 1.0
     jobs: int = 500
     restart_server: bool = False
+    private_server: bool = False
+    """PostgreSQL: run against a server of the run's own (`tests/chaos/pgserver.py`),
+    created for it and removed after, instead of the shared one."""
     seed: int | None = None
     supervisors: int = 3
     workers: int = 3
@@ -67,3 +72,7 @@ class Config:
     report: str | None = None
     quiet: bool = False
     batch_members: int = 0
+    workflow_nodes: int = 0
+    """Nodes of the chaos workflow (scripts/chaoskit/workflow.py); 0: none."""
+    bulk_ops: int = 0
+    """Bulk cancels and retries of the batch's members during the chaos (chaoskit/bulk.py)."""

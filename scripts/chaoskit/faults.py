@@ -10,9 +10,11 @@ import math
 import threading
 import time
 
+from scripts.chaoskit import bulk
 from scripts.chaoskit.batch import BatchPart
 from scripts.chaoskit.sidelog import wait_for
 from scripts.chaoskit.state import ChaosState
+from scripts.chaoskit.workflow import WorkflowPart
 from tests.chaos import cluster, procfs
 
 
@@ -26,8 +28,13 @@ class Faults(ChaosState):
         duration = cfg.minutes * 60
         plan = self.plan()
         self.phase = "chaos"
-        self.batch = BatchPart(self.app, cfg.batch_members, self.say)
+        self.batch = BatchPart(
+            self.app, cfg.batch_members, self.say, queue=bulk.QUEUE if cfg.bulk_ops else None
+        )
+        self.batch.reopens = cfg.bulk_ops > 0
         self.batch.enqueue(self.seed, self.enqueue)
+        self.workflow = WorkflowPart(self.app, cfg.workflow_nodes, self.say)
+        self.workflow.enqueue_graph(self.seed, self.enqueue)
         self.t_start = time.time()
         t0 = time.monotonic()
         batches = max(1, min(len(plan), int(duration * 0.7 / 1.0)))
@@ -55,6 +62,7 @@ class Faults(ChaosState):
             seconds = self.rng.uniform(lo, hi)
             at = min(0.15 + 0.6 * (i + 0.5) / cfg.stalls, max(0.0, 0.9 - seconds / duration))
             stall_at.append((t0 + duration * at, seconds))
+        bulk_at = self.bulk.schedule(t0, duration)
         freeze_at = [t0 + duration * 0.8 * (i + 0.25) / cfg.freezes for i in range(cfg.freezes)]
         next_report = t0 + 10
         while True:
@@ -77,6 +85,8 @@ class Faults(ChaosState):
                 batch = schedule.pop(0)[1]
                 if batch:
                     self.enqueue(batch)
+            if bulk_at and bulk_at[0][0] <= now and not self.stalling.is_set() and not self.frozen:
+                self.bulk.run(bulk_at.pop(0)[1])
             while db_faults and db_faults[0][0] <= now:
                 self._db_fault(db_faults.pop(0)[1])
             self._thaw(due_only=True)
@@ -216,7 +226,10 @@ class Faults(ChaosState):
                 self.drain(self.rng.choice(holding or ready))
                 self.drain_due = False
         elif r < 0.40:
-            self.kill_supervisor(target)
+            # One that supervises: on a loaded machine a start takes seconds, and
+            # killing starts alone would leave no supervisor running (nor cron).
+            if target.ready():
+                self.kill_supervisor(target)
         elif r < 0.92:
             self.kill_child(target)
 
@@ -232,7 +245,7 @@ class Faults(ChaosState):
             t0 = time.time()
             procfs.set_subreaper(False)  # the new postmaster must not become our child
             try:
-                took = cluster.restart_postgres()
+                took = self.server.restart() if self.server else cluster.restart_postgres()
             finally:
                 procfs.set_subreaper(True)
             # Leases may expire while the server is away; until the old owner's

@@ -16,14 +16,19 @@ from tests.chaos import cluster, procfs
 
 
 def flood_check(
-    backend: str, seconds: float, folder: Path, say: Callable[[str], None] = print
+    backend: str,
+    seconds: float,
+    folder: Path,
+    *,
+    url: str = cluster.PG_URL,
+    say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """One supervisor whose children flood stdout (lines, and no newlines at all)
     for `seconds`; its RSS sampled from /proc. Returns the figures."""
     from tests.chaos import hostile
 
     folder.mkdir(parents=True, exist_ok=True)
-    db = cluster.Database.create(backend, folder)
+    db = cluster.Database.create(backend, folder, url)
     app = hostile.app.using(db.dsn)
     app.store.migrate(now=app.clock.now())
     sup = cluster.start_supervisor(

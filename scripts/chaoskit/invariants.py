@@ -10,11 +10,12 @@ import math
 import time
 from collections import Counter, defaultdict
 
-from procqueue import JobInfo, JobState
+from procqueue import JobInfo, JobState, errors
 from scripts.chaoskit.config import (
     CHILD_DEATH_LIMIT_S,
     FAILURE_WORDS,
     LIMITED,
+    PART_KINDS,
     SHOULD_FAIL,
     TERMINAL,
 )
@@ -44,17 +45,35 @@ class Invariants(Figures):
         """Whether `t` falls where the database was away for longer than a lease."""
         return any(a <= t <= b for a, b in self.restart_windows)
 
+    def retried(self, id: int) -> bool:
+        """Whether job `id` was retried after it ran (a bulk retry resets its
+        attempts, so its history repeats an attempt number)."""
+        if not self.cfg.bulk_ops:
+            return False
+        try:
+            history = self.app.get(id).history
+        except errors.ProcqueueError:
+            return False
+        numbers = [a.attempt for a in history]
+        return len(numbers) != len(set(numbers))
+
     def check(self, name: str, ok: bool, detail: str) -> None:
         self.invariants.append(Invariant(name, ok, detail))
 
     def _analyse(self) -> None:
-        self._analyse_jobs()
+        ev = self._analyse_jobs()
         found = self.batch.check(self.all_jobs()) if self.batch is not None else None
         if found is not None:
             self.check(*found)
+        if self.cfg.bulk_ops:
+            self.figures["bulk"] = self.bulk.figures()
+        if self.workflow is not None:
+            for found in self.workflow.check_graph(ev.infos, ev.by_id):
+                self.check(*found)
 
-    def _analyse_jobs(self) -> None:
-        """Every invariant over the jobs, in the order the report lists them."""
+    def _analyse_jobs(self) -> Evidence:
+        """Every invariant over the jobs, in the order the report lists them;
+        the evidence they were checked against."""
         ev = self._evidence()
         lost = self._check_nothing_lost(ev)
         self._check_endings(ev)
@@ -70,6 +89,7 @@ class Invariants(Figures):
         self._check_no_crashes()
         self._check_durable_steps(ev)
         self._record_figures(ev, lost, dups)
+        return ev
 
     def _evidence(self) -> Evidence:
         """The rows of the run's jobs (probes left out) and their side-log records."""
@@ -113,6 +133,8 @@ class Invariants(Figures):
         wrong = []
         for i, info in infos.items():
             kind = kinds[i]
+            if kind in PART_KINDS:
+                continue
             want = JobState.FAILED if kind in SHOULD_FAIL else JobState.DONE
             if info.state != want:
                 wrong.append(
@@ -169,6 +191,10 @@ class Invariants(Figures):
             elif r.event == "end":
                 ended[(r.id, r.attempt)].add(r.pid)
         dups = {k: sorted(started[k] & ended[k]) for k in started if len(started[k] & ended[k]) > 1}
+        # A retry resets a job's attempts: its next runs reuse the numbers.
+        retried = {k for k in dups if self.retried(k[0])}
+        dups = {k: v for k, v in dups.items() if k not in retried}
+        self.figures["attempt_numbers_reused_after_a_retry"] = len(retried)
         self.check(
             "no attempt (id, attempt) was started by two pids that both ended",
             not dups,
@@ -351,6 +377,8 @@ class Invariants(Figures):
                 run = next((r for r in by_id[i] if r.pid == pid and r.event == "start"), None)
                 if run is None or (kinds[i] == "crash_once" and run.attempt == 1):
                     continue
+                if self.retried(i):
+                    continue  # its attempts were reset since: the numbers prove nothing
                 if any(r.pid == pid and r.event == "end" for r in by_id[i]):
                     continue  # finished within the grace
                 handed_back += 1
@@ -368,7 +396,7 @@ class Invariants(Figures):
                 )
                 state, attempts = s.drain["after"].get(job_id, ("unknown", None))
                 row_ok = (state == "pending" and attempts == run.attempt - 1) or (
-                    state in ("running", "done") and attempts == run.attempt
+                    state in ("reserved", "running", "done") and attempts == run.attempt
                 )
                 if not (nxt is not None and nxt.attempt == run.attempt) and not row_ok:
                     spent.append(

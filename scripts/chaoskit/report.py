@@ -41,6 +41,8 @@ class Report(ChaosState):
             f"overlap-run records (must be 0): {f.get('overlap_runs')}",
             f"settled in {f.get('settle_s')}s after the chaos",
         ]
+        if "bulk" in f:
+            lines.append(f"bulk operations on the batch: {f['bulk']}")
         if "flood" in f:
             lines.append(f"flood: {f['flood']['summary']}")
         lines.append("")

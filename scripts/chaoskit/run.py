@@ -38,6 +38,8 @@ class Chaos(Supervisors, Watchers, Workload, Faults, Invariants, Report):
                 self.db.drop()
                 if ok:
                     shutil.rmtree(self.work, ignore_errors=True)
+            if self.server is not None:
+                self.server.stop()
         return ok
 
     def _run(self) -> bool:
@@ -73,7 +75,7 @@ class Chaos(Supervisors, Watchers, Workload, Faults, Invariants, Report):
         self._analyse()
         if cfg.flood_seconds > 0:
             self.figures["flood"] = flood_check(
-                cfg.backend, cfg.flood_seconds, self.work / "flood", say=self.say
+                cfg.backend, cfg.flood_seconds, self.work / "flood", url=self.db.url, say=self.say
             )
             self.invariants.append(
                 Invariant(
@@ -102,7 +104,10 @@ class Chaos(Supervisors, Watchers, Workload, Faults, Invariants, Report):
                 i for i in infos.values() if i.state not in TERMINAL and kind_of(i.name) != "tick"
             ]
             self._overdue()
-            if not open_ or time.monotonic() > give_up:
+            if time.monotonic() > give_up:
+                break
+            # bulk-cancelled members are retried until none is left
+            if not open_ and not self.bulk.settle_step():
                 break
             time.sleep(0.5)
         self.figures["settle_s"] = round(time.monotonic() - t0, 1)

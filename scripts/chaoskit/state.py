@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from scripts.chaoskit.batch import BatchPart
+from scripts.chaoskit.bulk import BulkOps
 from scripts.chaoskit.config import Config
+from scripts.chaoskit.workflow import WorkflowPart
 from tests.chaos import cluster
 from tests.chaos import jobs as chaos_jobs
+from tests.chaos.pgserver import PrivateServer
 
 
 @dataclass
@@ -53,7 +56,10 @@ class ChaosState:
         self.locks = self.work / "locks"
         self.locks.mkdir(exist_ok=True)
         self.side_log = self.work / "side.log"
-        self.db = cluster.Database.create(cfg.backend, self.work)
+        self.server = PrivateServer.create() if cfg.private_server else None
+        """The run's own PostgreSQL server, if it has one (stopped by `Chaos.run`)."""
+        url = self.server.url if self.server is not None else cluster.PG_URL
+        self.db = cluster.Database.create(cfg.backend, self.work, url)
         self.env = {
             "PROCQUEUE_CHAOS_LOG": str(self.side_log),
             "PROCQUEUE_CHAOS_LOCKS": str(self.locks),
@@ -110,6 +116,9 @@ class ChaosState:
         self.app = chaos_jobs.app.using(self.db.dsn)
         self.batch: BatchPart | None = None
         """The run's batch part, made as the chaos starts."""
+        self.bulk = BulkOps(self.app, cfg.bulk_ops, self.say)
+        self.workflow: WorkflowPart | None = None
+        """The run's workflow part, made as the chaos starts."""
 
     # -- output -------------------------------------------------------------
 

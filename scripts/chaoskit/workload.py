@@ -55,8 +55,11 @@ class Workload(ChaosState):
             out.append((J + kind, args, options, key))
         return out
 
-    def enqueue(self, batch: list[tuple[str, dict[str, Any], dict[str, Any], str]]) -> None:
-        """Enqueues `batch`, retrying through outages (keys make retries idempotent)."""
+    def enqueue(
+        self, batch: list[tuple[str, dict[str, Any], dict[str, Any], str]]
+    ) -> dict[str, int]:
+        """Enqueues `batch`, retrying through outages (keys make retries
+        idempotent); the id of each of its keys."""
         give_up = time.monotonic() + 120
         while True:
             try:
@@ -70,6 +73,7 @@ class Workload(ChaosState):
         for (name, _, _, key), id_ in zip(batch, ids, strict=True):
             self.keys[key] = kind_of(name)
             self.ids[key] = id_
+        return dict(zip((key for _, _, _, key in batch), ids, strict=True))
 
     def all_jobs(self) -> dict[int, JobInfo]:
         give_up = time.monotonic() + 120

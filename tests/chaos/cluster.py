@@ -42,15 +42,17 @@ class Database:
     dsn: str
     path: Path | None = None
     schema: str | None = None
+    url: str = PG_URL
+    """PostgreSQL: the server's URL (the shared one unless a run brings its own)."""
 
     @classmethod
-    def create(cls, backend: str, folder: Path) -> Database:
+    def create(cls, backend: str, folder: Path, url: str = PG_URL) -> Database:
         if backend == "sqlite":
             path = folder / "queue.db"
             return cls(backend, f"sqlite:///{path}", path=path)
         if backend == "postgres":
             schema = f"chaos_{uuid.uuid4().hex[:12]}"
-            return cls(backend, f"{PG_URL}?schema={schema}", schema=schema)
+            return cls(backend, f"{url}?schema={schema}", schema=schema, url=url)
         raise ValueError(f"unknown backend {backend!r}")
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
@@ -62,7 +64,7 @@ class Database:
                 return db.execute(sql, params).fetchall()
             finally:
                 db.close()
-        with psycopg.connect(PG_URL, application_name=CONTROLLER_NAME, connect_timeout=5) as conn:
+        with psycopg.connect(self.url, application_name=CONTROLLER_NAME, connect_timeout=5) as conn:
             conn.execute(f'SET search_path TO "{self.schema}"')
             return conn.execute(sql.replace("?", "%s"), params).fetchall()
 
@@ -71,7 +73,7 @@ class Database:
         else's); how many."""
         assert self.schema is not None
         with psycopg.connect(
-            PG_URL, application_name=CONTROLLER_NAME, autocommit=True, connect_timeout=5
+            self.url, application_name=CONTROLLER_NAME, autocommit=True, connect_timeout=5
         ) as conn:
             row = conn.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -101,7 +103,7 @@ class Database:
                 db.close()
             return time.time()
         schema = parse_qs(urlsplit(self.dsn).query)["schema"][0]
-        with psycopg.connect(PG_URL, application_name=CONTROLLER_NAME, connect_timeout=5) as conn:
+        with psycopg.connect(self.url, application_name=CONTROLLER_NAME, connect_timeout=5) as conn:
             try:
                 conn.execute("SET lock_timeout = '60s'")
                 conn.execute("SET idle_in_transaction_session_timeout = 0")
@@ -117,12 +119,13 @@ class Database:
     def drop(self) -> None:
         if self.schema is None:
             return
-        with psycopg.connect(PG_URL, application_name=CONTROLLER_NAME, autocommit=True) as conn:
+        with psycopg.connect(self.url, application_name=CONTROLLER_NAME, autocommit=True) as conn:
             conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
 
 
 def restart_postgres() -> float:
-    """Restarts the PostgreSQL server (only behind an explicit flag); seconds taken."""
+    """Restarts the system's PostgreSQL server, the one on 5432 (only behind an
+    explicit flag, on a machine nobody else tests on); seconds taken."""
     version = sorted(os.listdir("/etc/postgresql"))[-1]
     started = time.monotonic()
     subprocess.run(

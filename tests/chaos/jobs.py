@@ -240,3 +240,22 @@ def batch_done(cx: Context, info: BatchInfo) -> int:
     record(cx, "start", f"batch {info.id} {info.state}")
     record(cx, "end")
     return info.total
+
+
+# -- workflows: the nodes of the chaos workflow (scripts/chaoskit/workflow.py) -------
+
+
+@app.job(max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
+def node(cx: Context, seconds: float, fail: bool) -> list[int]:
+    """A node of the chaos workflow: records its start with the ids of the
+    dependencies whose results it was handed, works for `seconds`, then
+    fails for good when `fail`; returns those ids."""
+    parents = sorted(cx.parent_results)
+    record(cx, "start", ",".join(map(str, parents)))
+    time.sleep(seconds)
+    if fail:
+        record(cx, "fail")
+        raise Permanent("a node that fails by design")
+    record(cx, "end")
+    return parents

@@ -4,7 +4,9 @@ process, 500 jobs under ~45 s of kill -9s, drains, one database stall of
 PostgreSQL, terminated connections (and server restarts when
 PROCQUEUE_TEST_RESTART_PG=1, which CI sets because it runs alone). Every
 invariant of the run must hold, "no two runs of one job overlap in time"
-among them."""
+among them. A shorter run per backend adds a workflow and a batch cancelled
+and retried in bulk (docs/reliability.md, "Workflows and everything at
+once")."""
 
 from __future__ import annotations
 
@@ -129,3 +131,37 @@ def test_chaos_postgres(tmp_path: Path) -> None:
     assert all(n >= 1 for n in doc["figures"]["backends_terminated"]), doc["figures"]
     if restart:
         assert faults.get("PostgreSQL server restart") == 2, faults
+
+
+WORKFLOW_NODES = 200
+BULK_OPS = 4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_chaos_workflow_and_bulk_operations(backend: str, tmp_path: Path) -> None:
+    """30 s of chaos (kill -9s, drains, a freeze; on PostgreSQL terminated
+    connections, and restarts when PROCQUEUE_TEST_RESTART_PG=1) through a
+    workflow of 200 nodes (diamonds, permanent failures, allow_failure) and a
+    batch whose members are cancelled and retried in bulk 4 times: every
+    invariant holds, the workflow's and the batch's among them."""
+    extra = ["--minutes", "0.5", "--jobs", "100", "--stalls", "0", "--orphan-probes", "0"]
+    extra += ["--workflow-nodes", str(WORKFLOW_NODES), "--bulk-ops", str(BULK_OPS)]
+    if backend == "postgres":
+        reason = cluster.postgres_reason()
+        if reason is not None:
+            if os.environ.get("PROCQUEUE_REQUIRE_POSTGRES") == "1":
+                pytest.fail(f"PostgreSQL required but unreachable: {reason}")
+            pytest.skip(f"no PostgreSQL at {cluster.PG_URL}: {reason}")
+        if os.environ.get("PROCQUEUE_TEST_RESTART_PG") == "1":
+            extra.append("--restart-server")
+    doc = run_chaos(backend, tmp_path, *extra)
+    assert_invariants(doc)
+    workflow = [i for i in doc["invariants"] if i["name"].startswith("workflow:")]
+    assert len(workflow) == 6 and all(i["ok"] for i in workflow), workflow
+    faults = doc["figures"]["faults"]
+    assert faults.get("kill -9 supervisor", 0) >= 5 and faults.get("SIGSTOP supervisor") == 1
+    bulk = doc["figures"]["bulk"]
+    assert bulk["operations"].get("cancel", 0) + bulk["operations"].get("retry", 0) >= 3, bulk
+    assert bulk["members_acted_on"].get("cancel", 0) > 0, bulk

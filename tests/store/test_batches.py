@@ -15,6 +15,7 @@ from procqueue import errors, models
 from procqueue.models import BatchState, JobState
 from procqueue.store import open_store
 from procqueue.store.base import Store
+from procqueue.testing import wait_until
 from tests.store.factories import (
     BASE,
     LEASE,
@@ -25,6 +26,7 @@ from tests.store.factories import (
     new_job,
     record,
 )
+from tests.store.held import HOLD_KEY, Held
 from tests.store.rawdb import RawDb
 
 HANDLER = "tests.jobs.on_batch"
@@ -345,3 +347,48 @@ def test_a_batch_row_that_does_not_decode_still_completes(store: Store, raw: Raw
     finish_all(store)
     assert store.batch_get(id=id_).state == BatchState.COMPLETE  # type: ignore[union-attr]
     assert handlers(store) == []
+
+
+def test_a_bulk_retry_racing_the_end_of_the_last_member_reopens_the_batch(
+    store: Store, dsn: str
+) -> None:
+    """The transaction ending a batch's last member completes it and, before
+    it commits, a bulk retry makes a failed member pending and commits: the
+    batch must run again (and complete again once that member ends), never
+    stay complete with a member pending."""
+    id_, (failing, last) = make_batch(store, 2, name="race")
+    record(store, claim_exactly(store, failing), JobState.FAILED, error="boom")
+    taken = claim_exactly(store, last)
+    other = open_store(dsn)
+    # The ending waits at its handler's insert (the batch completed), for a job
+    # of the same key that a transaction of the test's own holds uncommitted.
+    held = Held(dsn, HOLD_KEY, (f"batch:{id_}:1:complete",))
+    try:
+        ending = threading.Thread(target=record, args=(other, taken, JobState.DONE))
+        ending.start()
+        ender = None
+        if held.conn is not None:
+            ender = wait_until(lambda: held.blocked_by(held.pid), what="the ending to wait")
+        else:
+            ending.join()
+        where: dict[str, Any] = {"queue": None, "name": "race", "since": None}
+        retry = threading.Thread(
+            target=store.job_retry_where, kwargs={"states": ["failed"], "now": BASE + 1, **where}
+        )
+        retry.start()
+        if ender is not None:  # the retry commits, or waits for the ending's batch lock
+            wait_until(lambda: not retry.is_alive() or held.blocked_by(ender), what="the retry")
+        held.release()
+        ending.join()
+        retry.join()
+    finally:
+        held.release()
+        other.close()
+    info = store.batch_get(id=id_)
+    assert info is not None and (info.state, info.pending, info.completions) == (
+        BatchState.RUNNING,
+        1,
+        1,
+    ), info
+    finish_all(store, now=BASE + 2)
+    assert [h.key for h in handlers(store)] == [f"batch:{id_}:{n}:complete" for n in (1, 2)]

@@ -7,13 +7,16 @@ undone by every path that runs one again (retry single or bulk, a batch's)."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 
 from procqueue import errors, models
 from procqueue.models import BatchState, JobState
+from procqueue.store import open_store
 from procqueue.store.base import Store
+from procqueue.testing import wait_until
 from tests.store.factories import (
     BASE,
     LEASE,
@@ -25,6 +28,7 @@ from tests.store.factories import (
     new_job,
     record,
 )
+from tests.store.held import HOLD_BATCH, Held
 from tests.store.rawdb import RawDb
 
 
@@ -250,7 +254,7 @@ def test_parent_results_are_the_done_dependencies_results(store: Store) -> None:
     claimed = claim_exactly(store, a)
     assert record(store, claimed, JobState.DONE, result=b'{"pages": 3}') == []
     end(store, b, JobState.FAILED)
-    assert store.job_parent_results(id=c) == {a: b'{"pages": 3}'}
+    assert claim_exactly(store, c).parents == {a: b'{"pages": 3}'}
 
 
 def test_promoting_10000_dependents_is_one_transaction_of_their_size(store: Store) -> None:
@@ -284,3 +288,57 @@ def test_a_claim_hands_over_the_parents_results_and_fails_a_job_over_the_cap(
         assert claim(store, queues=["bad"]) == []
         error = get(store, bad).error
         assert error is not None and error.startswith("its dependencies' results cannot be read")
+
+
+def test_two_endings_deciding_dependents_in_crossing_orders_do_not_deadlock(
+    store: Store, dsn: str
+) -> None:
+    """P1 fails: its dependents D1 and D5 are cancelled, then, one level down,
+    E3 (which waits for D1). P2 ends at the same moment: its dependents are E3
+    and D5. By level, the first transaction locks D1, D5 then E3, the second
+    E3 then D5: they must not deadlock, and both outcomes are recorded."""
+    batch = store.batch_create(name="b", meta=b"{}", on_complete=None, on_success=None, now=BASE)
+    p1 = insert_one(store, queue="p1", batch_id=batch)
+    p2 = insert_one(store, queue="p2")
+    d1 = dependent(store, p1)
+    e3 = dependent(store, d1, p2)
+    d5 = dependent(store, p1, p2)
+    t1, t2 = claim_exactly(store, p1), claim_exactly(store, p2)
+    stores = [open_store(dsn), open_store(dsn)]
+    # The first ending waits at its batch's row lock, after its first level.
+    held = Held(dsn, HOLD_BATCH, (batch,))
+    errors_seen: list[BaseException] = []
+
+    def ending(s: Store, claimed: models.ClaimedJob, state: JobState) -> None:
+        try:
+            error = "boom" if state == JobState.FAILED else None
+            assert record(s, claimed, state, error=error) == []
+        except BaseException as exc:  # reported below, in the test's thread
+            errors_seen.append(exc)
+
+    first = threading.Thread(target=ending, args=(stores[0], t1, JobState.FAILED))
+    second = threading.Thread(target=ending, args=(stores[1], t2, JobState.DONE))
+    try:
+        first.start()
+        if held.conn is not None:
+            one = wait_until(lambda: held.blocked_by(held.pid), what="the first ending to wait")
+        else:
+            first.join()
+        second.start()
+        if held.conn is not None:  # the second waits for a dependent the first locked
+            wait_until(lambda: held.blocked_by(one), what="the second ending to wait")
+        held.release()
+        first.join()
+        second.join()
+    finally:
+        held.release()
+        for s in stores:
+            s.close()
+    assert not errors_seen, errors_seen
+    assert states(store, p1, p2, d1, e3, d5) == [
+        JobState.FAILED,
+        JobState.DONE,
+        JobState.CANCELLED,
+        JobState.CANCELLED,
+        JobState.CANCELLED,
+    ]

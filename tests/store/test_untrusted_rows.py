@@ -272,6 +272,7 @@ NOT_UTF8_OR_JSON = [
     pytest.param(b"{nope", "not valid JSON", id="not-json"),
     pytest.param(b"", "not valid JSON", id="empty"),
     pytest.param(b"1 2", "not valid JSON", id="two-values"),
+    pytest.param(b"[" * 990 + b"]" * 990, "nested deeper than 512 levels", id="too-deep"),
 ]
 
 

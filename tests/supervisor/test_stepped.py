@@ -165,3 +165,24 @@ def test_a_lease_that_cannot_be_renewed_ends_the_job_before_it_lapses(
         finally:
             gate.set()
     assert [(k.job_id, k.kind) for k in killed] == [(job_id, "lease")]
+
+
+def test_a_job_claimed_ahead_is_never_started_once_its_lease_ran_out(
+    app: App, clock: FakeClock
+) -> None:
+    """A supervisor stopped (SIGSTOP) past the lease of a job it holds in
+    reserve must not hand it to a child when it resumes: another supervisor
+    may have run it already. It drops the job, writing nothing."""
+    with stepped(app, clock, lease=30.0) as sup:
+        seen = recorder(sup)
+        until(sup, "a child to be ready", sup.attempts.idle)
+        # not stepped from here on: the supervisor claims nothing itself
+        job_id = app.enqueue(JOB + "add", {"a": 1, "b": 2})
+        (job,) = app.store.job_claim(
+            owner=sup.owner, queues=None, count=1, lease_until=clock.now() + 30, now=clock.now()
+        )
+        clock.advance(31.0)  # the supervisor was stopped past the lease
+        sup.attempts.reserve(job, lease_until=clock.now() - 1.0)
+        assert not sup.attempts.reserved and job_id not in sup.attempts.job_of().values()
+    assert not [e for e in seen if isinstance(e, events.Started)]
+    assert app.get(job_id).state == JobState.RUNNING  # left to the rescue of its lease

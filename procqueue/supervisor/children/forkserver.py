@@ -17,7 +17,7 @@ most of the cost of a job. A fork server pays it once:
   its own session and process group (``os.setsid``, as
   ``start_new_session=True`` does for a clean child: the supervisor ends a
   child's tree with ``killpg(pid)``), and runs the ordinary child job loop
-  (`child.forked_main`: subreaper, ``oom_score_adj``, Hello, jobs) with the
+  (`child.serve.forked_main`: subreaper, ``oom_score_adj``, Hello, jobs) with the
   app already loaded. The template replies with the pid and a pidfd of it.
 - The forked child is the template's child, so the template reaps it and
   reports ``(pid, returncode)`` over the socket; `ForkedChild.poll` reads

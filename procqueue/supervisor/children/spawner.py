@@ -1,5 +1,5 @@
 """Where the pool's new children come from: warm from a fork server's
-template (`procqueue._forkserver`) once it loaded the app, clean before
+template (`forkserver`) once it loaded the app, clean before
 that and while it is down (a dead template is replaced after a pause).
 """
 

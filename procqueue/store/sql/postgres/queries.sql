@@ -22,12 +22,12 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (%(version)s, %(now)s)
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
                   timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at,
-                  batch_id, allow_failure, max_snoozes)
+                  batch_id, allow_failure, max_snoozes, headers)
 VALUES (%(name)s, %(queue)s, 'pending', %(priority)s, %(max_attempts)s, %(args)s::json,
         %(key)s::text, %(serial_key)s::text, %(tags)s::jsonb, %(timeout)s::float8,
         %(max_memory)s::integer, %(backoff)s::jsonb, %(on_failure)s::text, %(run_at)s::float8,
         %(now)s, %(deadline_at)s::float8, %(batch_id)s::bigint, %(allow_failure)s::boolean,
-        %(max_snoozes)s::integer)
+        %(max_snoozes)s::integer, %(headers)s::json)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -96,7 +96,7 @@ SET state = 'running', owner = %(owner)s,
     started_at = CASE WHEN id = ANY(%(started)s::bigint[]) THEN %(now)s::float8 END
 WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at, snoozes, max_snoozes,
+          deadline_at, serial_key, run_at, snoozes, max_snoozes, headers,
           EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps,
           (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
            FROM job_steps s WHERE s.job_id = jobs.id) AS steps
@@ -553,14 +553,20 @@ SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = %(now
 WHERE batch_id = %(id)s AND state = 'failed'
 RETURNING id
 
+-- batch_lock_of_reopened --
+-- Locks, in id order, the rows of the batches of the given jobs whatever their states, complete
+-- or not (before batch_reopen_of_jobs): a transaction ending a batch's last member holds this lock
+-- from before it asks whether a member is open until it commits.
+SELECT id FROM batches
+WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
+ORDER BY id FOR UPDATE
+
 -- batch_reopen_of_jobs --
 -- The completed batches of jobs that run again are running again (their next completion counts
--- anew); their rows are locked in id order first, as every path that locks several batches does.
+-- anew); run after batch_lock_of_reopened, so it sees a completion committed while it waited.
 UPDATE batches SET completed_at = NULL, cancelled_at = NULL
-WHERE id IN (SELECT id FROM batches
-             WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
-               AND completed_at IS NOT NULL
-             ORDER BY id FOR UPDATE)
+WHERE id IN (SELECT batch_id FROM jobs WHERE id = ANY(%(ids)s::bigint[]))
+  AND completed_at IS NOT NULL
 
 -- batch_prunable --
 -- Completed batches finished before `before` with no failed member (failed jobs stay until
@@ -627,10 +633,20 @@ ON CONFLICT (job_id, depends_on) DO NOTHING
 RETURNING job_id
 
 -- dep_lock_dependents --
--- Locks, in id order, the blocked dependents of the given jobs, before they are decided.
+-- Locks, in id order, the blocked dependents of the given jobs before they are decided, and,
+-- below those that ended failed or cancelled, every blocked job downstream: the cancel may run
+-- down to them, level by level, and locking them then, after rows of a lower level with higher
+-- ids, would cross the id order another ending takes (a deadlock).
+WITH RECURSIVE down(id) AS (
+    SELECT e.job_id FROM job_deps e JOIN jobs r ON r.id = e.depends_on
+    WHERE e.depends_on = ANY(%(ids)s::bigint[]) AND r.state IN ('failed', 'cancelled')
+  UNION
+    SELECT e.job_id FROM job_deps e JOIN down ON e.depends_on = down.id
+)
 SELECT id FROM jobs
-WHERE state = 'blocked' AND id IN (SELECT job_id FROM job_deps
-                                   WHERE depends_on = ANY(%(ids)s::bigint[]))
+WHERE state = 'blocked'
+  AND (id IN (SELECT job_id FROM job_deps WHERE depends_on = ANY(%(ids)s::bigint[]))
+       OR id IN (SELECT id FROM down))
 ORDER BY id FOR UPDATE
 
 -- dep_cancel_dependents --

@@ -20,10 +20,10 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (:version, :now)
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
                   timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at,
-                  batch_id, allow_failure, max_snoozes)
+                  batch_id, allow_failure, max_snoozes, headers)
 VALUES (:name, :queue, 'pending', :priority, :max_attempts, :args, :key, :serial_key, :tags,
         :timeout, :max_memory, :backoff, :on_failure, :run_at, :now, :deadline_at, :batch_id,
-        :allow_failure, :max_snoozes)
+        :allow_failure, :max_snoozes, :headers)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -89,7 +89,7 @@ SET state = 'running', owner = :owner, lease_until = :lease_until,
     started_at = CASE WHEN id IN (SELECT value FROM json_each(:started)) THEN :now END
 WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
 RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
-          deadline_at, serial_key, run_at, snoozes, max_snoozes,
+          deadline_at, serial_key, run_at, snoozes, max_snoozes, headers,
           EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps,
           (SELECT json_group_object(s.name, json(s.value))
            FROM job_steps s
@@ -529,6 +529,12 @@ SET state = 'pending', attempts = 0, error = NULL, result = NULL, run_at = :now,
 WHERE batch_id = :id AND state = 'failed'
 RETURNING id
 
+-- batch_lock_of_reopened --
+-- The batches of the given jobs whatever their states (SQLite's write transactions never
+-- interleave: reading them is all the PostgreSQL dialect's lock amounts to here).
+SELECT id FROM batches
+WHERE id IN (SELECT batch_id FROM jobs WHERE id IN (SELECT value FROM json_each(:ids)))
+
 -- batch_reopen_of_jobs --
 -- The completed batches of jobs that run again are running again (their next completion counts anew).
 UPDATE batches SET completed_at = NULL, cancelled_at = NULL
@@ -599,7 +605,9 @@ ON CONFLICT (job_id, depends_on) DO NOTHING
 RETURNING job_id
 
 -- dep_lock_dependents --
--- Locks, in id order, the blocked dependents of the given jobs, before they are decided.
+-- The blocked dependents of the given jobs, before they are decided (SQLite's write transactions
+-- never interleave: there is no lock to take, nor an order to keep, as PostgreSQL's dialect does
+-- for the blocked jobs downstream of a failure too).
 SELECT id FROM jobs
 WHERE state = 'blocked' AND id IN (SELECT job_id FROM job_deps
                                    WHERE depends_on IN (SELECT value FROM json_each(:ids)))
