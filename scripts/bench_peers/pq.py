@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import bench_jobs
 
@@ -52,6 +52,10 @@ class _Procqueue(base.Adapter):
         if self._client is None:
             self._client = app.using(self.dsn)
         return self._client
+
+    @classmethod
+    def label(cls, knobs: dict[str, Any]) -> str:
+        return f"supervise --workers 2 --poll {POLL_S}"
 
     def start(self) -> None:
         command = (

@@ -20,6 +20,7 @@ from benchkit.report.alone import (
 from benchkit.report.method import (
     configurations,
     how_measured,
+    not_measured,
     reproducing,
     systems_table,
     versions,
@@ -62,6 +63,7 @@ SECTIONS: tuple[Section, ...] = (
     long_jobs,
     fresh_child,
     profile,
+    not_measured,
     how_measured,
     systems_table,
     configurations,
