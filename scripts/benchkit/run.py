@@ -26,6 +26,7 @@ from benchkit.extras import (
 )
 from benchkit.formatting import fmt
 from benchkit.measurement import summarize
+from benchkit.scale import run_scale
 from benchkit.settings import (
     CPU_JOB_S,
     FRESH_CHILD_SYSTEMS,
@@ -126,6 +127,20 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     pq_systems = [s for s in PQ_SYSTEMS if s in systems]
     extras = args.extras
     costs: list[dict[str, Any]] = []
+    scale: list[dict[str, Any]] = []
+    if "scale" in extras and "procqueue-pg" in pq_systems:
+        scale = run_scale("procqueue-pg", classes["procqueue-pg"], work_dir, sizes)
+        for r in scale:
+            say(
+                f"[scale] {r['case']:<9} {r['rows']:>9,} rows: "
+                + (
+                    f"drain {r['drain_jobs_s']:,.0f} jobs/s, supervisor "
+                    f"{r['supervisor_cpu_us_per_job']:.0f} us/job, claim query "
+                    f"{r['plan_ms']} ms, index-driven {r['index_driven']}"
+                    if r.get("status") != "error"
+                    else f"ERROR {r.get('error')}"
+                )
+            )
     if "cost" in extras:
         for name in pq_systems:
             r = run_cost(name, classes[name], work_dir, sizes)
@@ -265,6 +280,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         },
         "runs": runs,
         "cost": costs,
+        "scale": scale,
         "scaling": scaling,
         "backlog": backlog,
         "pending": pending,

@@ -40,6 +40,7 @@ SYSTEMS = (
 PQ_SYSTEMS = ("procqueue-pg", "procqueue-sqlite")
 EXTRAS = (
     "cost",
+    "scale",
     "scaling",
     "backlog",
     "pending",

@@ -14,6 +14,7 @@ from benchkit.report.alone import (
     long_jobs,
     pending,
     profile,
+    scale,
     scaling_chart,
     storm,
 )
@@ -55,6 +56,7 @@ SECTIONS: tuple[Section, ...] = (
     failed_runs,
     alone_heading,
     cost,
+    scale,
     children,
     backlog,
     scaling_chart,

@@ -335,3 +335,45 @@ def cost(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
             add(f"| {label} | " + " | ".join(cells) + " |")
     add("")
     return out
+
+
+def scale(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Claims with a million pending or finished rows in the table, and their plans."""
+    runs = result.get("scale", [])
+    out: list[str] = []
+    add = out.append
+    if not runs:
+        return out
+    add("### Claims against a large table (PostgreSQL)\n")
+    add(
+        "From `--extras scale`: a no-op drain of the 5,000 jobs of a window with the table "
+        "otherwise empty, with a million pending jobs behind them in claim order, and with a "
+        "million finished jobs beside them (marked done in one UPDATE, then `VACUUM ANALYZE` "
+        "as autovacuum would); the supervisor is stopped (SIGSTOP) while the table fills. "
+        "*claim query ms*: `EXPLAIN (ANALYZE, BUFFERS)` of `job_candidates` (LIMIT 32) just "
+        "before the drain.\n"
+    )
+    add(
+        "| table | drain jobs/s | supervisor CPU µs/job | claim query ms | index-driven "
+        "(no Seq Scan on jobs) |"
+    )
+    add("| --- | ---: | ---: | ---: | --- |")
+    for r in runs:
+        what = "empty" if r["case"] == "empty" else f"{r['rows']:,} {r['case']}"
+        if r.get("status") == "error":
+            add(f"| {what} | {r.get('error')} | | | |")
+            continue
+        mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
+        add(
+            f"| {what} | {fmt(r.get('drain_jobs_s'))}{mark} "
+            f"| {fmt(r.get('supervisor_cpu_us_per_job'))} | {fmt(r.get('plan_ms'), 2)} "
+            f"| {'yes' if r.get('index_driven') else '**no**'} |"
+        )
+    add("")
+    for r in runs:
+        if r.get("plan"):
+            what = "empty" if r["case"] == "empty" else f"{r['rows']:,} {r['case']}"
+            add(f"<details><summary>plan, {what}</summary>\n\n```")
+            add("\n".join(r["plan"]))
+            add("```\n</details>\n")
+    return out

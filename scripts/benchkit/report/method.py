@@ -120,10 +120,8 @@ def not_measured(result: dict[str, Any], charts: list[Path], md_dir: Path) -> li
     if skipped:
         add(f"- procqueue-only parts not run in this run (`--extras`): {', '.join(skipped)}.")
     add(
-        "- Scale (issue 20, deliver 4), not built yet: claim cost with 1,000,000 pending and "
-        "with 1,000,000 finished rows (and their `EXPLAIN` plans), retention pruning of a "
-        "million rows in bounded batches beside claims, 4 supervisors on one PostgreSQL "
-        "against 1.\n"
+        "- Scale (issue 20, deliver 4), not built yet: retention pruning of a million rows in "
+        "bounded batches beside claims, 4 supervisors on one PostgreSQL against 1.\n"
     )
     return out
 
