@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -227,16 +228,18 @@ def fresh_child(result: dict[str, Any], charts: list[Path], md_dir: Path) -> lis
         )
         add("| backend | done | drain jobs/s | child processes | supervisor CPU µs/job |")
         add("| --- | ---: | ---: | ---: | ---: |")
-        for r in fresh:
-            if r.get("status") == "error":
-                add(f"| {r['system']} | error: {r.get('error')} | | | |")
-                continue
-            mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
-            add(
-                f"| {r['system']} | {r.get('completed', 0):,} / {r.get('expected', 0):,}{mark} "
-                f"| {fmt(r.get('drain_jobs_s'))} | {r.get('child_pids')} "
-                f"| {fmt(r.get('supervisor_cpu_us_per_job'))} |"
+        out.extend(
+            _rows(
+                fresh,
+                lambda r: r["system"],
+                lambda r, mark: [
+                    f"{r.get('completed', 0):,} / {r.get('expected', 0):,}{mark}",
+                    fmt(r.get("drain_jobs_s")),
+                    str(r.get("child_pids")),
+                    fmt(r.get("supervisor_cpu_us_per_job")),
+                ],
             )
+        )
         add("")
     return out
 
@@ -347,9 +350,10 @@ def scale(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]
     add("### Claims against a large table (PostgreSQL)\n")
     add(
         "From `--extras scale`: a no-op drain of the 5,000 jobs of a window with the table "
-        "otherwise empty, with a million pending jobs behind them in claim order, and with a "
-        "million finished jobs beside them (marked done in one UPDATE, then `VACUUM ANALYZE` "
-        "as autovacuum would); the supervisor is stopped (SIGSTOP) while the table fills. "
+        "otherwise empty, with pending jobs behind them in claim order, and with finished "
+        "jobs beside them (as many as the first column says; marked done in one UPDATE, then "
+        "`VACUUM ANALYZE` as autovacuum would); the supervisor is stopped (SIGSTOP) while the "
+        "table fills. "
         "*claim query ms*: `EXPLAIN (ANALYZE, BUFFERS)` of `job_candidates` (LIMIT 32) just "
         "before the drain.\n"
     )
@@ -358,22 +362,45 @@ def scale(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]
         "(no Seq Scan on jobs) |"
     )
     add("| --- | ---: | ---: | ---: | --- |")
-    for r in runs:
-        what = "empty" if r["case"] == "empty" else f"{r['rows']:,} {r['case']}"
-        if r.get("status") == "error":
-            add(f"| {what} | {r.get('error')} | | | |")
-            continue
-        mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
-        add(
-            f"| {what} | {fmt(r.get('drain_jobs_s'))}{mark} "
-            f"| {fmt(r.get('supervisor_cpu_us_per_job'))} | {fmt(r.get('plan_ms'), 2)} "
-            f"| {'yes' if r.get('index_driven') else '**no**'} |"
+    out.extend(
+        _rows(
+            runs,
+            _table,
+            lambda r, mark: [
+                fmt(r.get("drain_jobs_s")) + mark,
+                fmt(r.get("supervisor_cpu_us_per_job")),
+                fmt(r.get("plan_ms"), 2),
+                "yes" if r.get("index_driven") else "**no**",
+            ],
         )
+    )
     add("")
     for r in runs:
         if r.get("plan"):
-            what = "empty" if r["case"] == "empty" else f"{r['rows']:,} {r['case']}"
+            what = _table(r)
             add(f"<details><summary>plan, {what}</summary>\n\n```")
             add("\n".join(r["plan"]))
             add("```\n</details>\n")
     return out
+
+
+def _table(r: dict[str, Any]) -> str:
+    """A scale case's table in words."""
+    return "empty" if r["case"] == "empty" else f"{r['rows']:,} {r['case']}"
+
+
+def _rows(
+    runs: list[dict[str, Any]],
+    first: Callable[[dict[str, Any]], str],
+    cells: Callable[[dict[str, Any], str], list[str]],
+) -> list[str]:
+    """A table row per run: `first`, then `cells` (given the run's status mark, empty
+    when it ended ok), or its error across the row."""
+    rows = []
+    for r in runs:
+        if r.get("status") == "error":
+            rows.append(f"| {first(r)} | error: {r.get('error')} |")
+            continue
+        mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
+        rows.append(f"| {first(r)} | " + " | ".join(cells(r, mark)) + " |")
+    return rows
