@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated procqueue-only parts to run (empty: none); default all: "
         + ",".join(EXTRAS),
     )
+    parser.add_argument(
+        "--scale-rows",
+        type=int,
+        metavar="N",
+        help="pending and finished rows of the scale extra (default 1,000,000; 20,000 quick)",
+    )
     parser.add_argument("--no-scaling", action="store_true", help="skip scaling and backlog")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
     parser.add_argument(

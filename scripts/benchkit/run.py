@@ -129,7 +129,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     costs: list[dict[str, Any]] = []
     scale: list[dict[str, Any]] = []
     if "scale" in extras and "procqueue-pg" in pq_systems:
-        scale = run_scale("procqueue-pg", classes["procqueue-pg"], work_dir, sizes)
+        rows = args.scale_rows or (1_000_000 if sizes.reps > 1 else 20_000)
+        scale = run_scale("procqueue-pg", classes["procqueue-pg"], work_dir, sizes, rows)
         for r in scale:
             say(
                 f"[scale] {r['case']:<9} {r['rows']:>9,} rows: "

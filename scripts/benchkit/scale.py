@@ -25,7 +25,7 @@ WINDOW = 5000
 def _fill(adapter: Any, rows: int, first_seq: int) -> float:
     """Enqueues `rows` no-op jobs in chunks; the rate, jobs/s."""
     t0 = time.monotonic()
-    chunk = 10_000
+    chunk = 50_000
     for i in range(0, rows, chunk):
         top = min(rows, i + chunk)
         adapter.enqueue_batch("noop", [{"seq": first_seq + s} for s in range(i, top)])
@@ -79,9 +79,8 @@ def _window(tracker: Tracker) -> list[Any]:
     return [r for r in tracker.records if r.kind == "noop" and 0 <= r.seq < WINDOW]
 
 
-def run_scale(name: str, cls: Any, work_dir: Path, sizes: Sizes) -> list[dict[str, Any]]:
-    """The three cases in turn (a million rows; 20,000 with --quick)."""
-    rows = 1_000_000 if sizes.reps > 1 else 20_000
+def run_scale(name: str, cls: Any, work_dir: Path, sizes: Sizes, rows: int) -> list[dict[str, Any]]:
+    """The three cases in turn, with `rows` pending or finished rows."""
     return [
         run_scale_case(name, cls, work_dir, sizes, case, rows)
         for case in ("empty", "pending", "finished")
