@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import math
+import re
 from typing import Any
 
 import msgspec
@@ -375,6 +376,24 @@ class BatchCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     arg: str | None
     deadline: float | None = None
     """The handler's deadline in seconds, counted from the completion."""
+
+
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_OR_NEWLINE = re.compile(f"{_CONTROL.pattern[:-1]}\n]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` with every control character written as an escape (``\\x1b``,
+    ``\\r``, ``\\u202e``): a name, an error, a progress message or an output
+    line a job controls can't move the cursor, retitle or clear the terminal,
+    or forge a line. With `lines`, newlines are kept (multi-line values).
+    The one escaping of what the CLI and the log print."""
+    return (_CONTROL if lines else _CONTROL_OR_NEWLINE).sub(_escape, text)
 
 
 def cap_error(text: str) -> str:

@@ -300,6 +300,8 @@ def _run(argv: Sequence[str] | None) -> int:
         raise UsageError(
             f"unrecognized arguments: {' '.join(extra)} (see procqueue {args.command} --help)"
         )
+    if args.dsn is not None and not args.dsn.strip():  # '' would mean the default file
+        raise UsageError("--dsn is empty: give sqlite:///PATH or postgresql://HOST/DB")
     args.layered = config.layered(args.config)
     args.dsn = args.dsn or args.layered.dsn
     if args.command in NO_STORE:

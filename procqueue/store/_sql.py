@@ -39,6 +39,11 @@ from procqueue.store import (
     _sql_ops,
 )
 
+SET_ROWS = 64
+"""Most outcomes one ``*_set`` statement writes. The planner cannot count a JSON array's rows
+(it assumes 100), so its join may be a nested loop over them: bounded, that costs
+SET_ROWS² comparisons at worst, never a quadratic time over a whole large batch."""
+
 log = logging.getLogger("procqueue.store")
 
 _CANDIDATES = ("job_candidates", "job_group_heads")
@@ -212,29 +217,33 @@ class SqlStore(
         if not outcomes and count <= 0:
             return _claim.Cycle(lost=[], claimed=[])
         # In id order; a refused value raises here, before any SQL runs.
-        records = [
-            (o.id, _rows.record_params(o, now, owner), _sql_ops.history_params(o, now, owner))
-            for o in sorted(outcomes, key=lambda o: o.id)
-        ]
+        ordered = sorted(outcomes, key=lambda o: o.id)
+        records = [_rows.record_params(o, now, owner) for o in ordered]
+        histories = [h for o in ordered if (h := _sql_ops.history_params(o, now, owner))]
+        fence = {"now": now, "owner": owner}
         wanted = None if queues is None else self._db.array(list(queues))
         with self._db.transaction() as tx:
             with tx.pipeline("job_record_and_claim"):
-                histories = [h for _, _, h in records if h is not None]
-                if histories:  # before the updates, while their fences still hold
-                    tx.execute_each("attempt_record", histories)
-                recorded = tx.execute_each("job_record", [p for _, p, _ in records])
+                # a statement per SET_ROWS outcomes, read after the pipeline; histories
+                # first, while their fences still hold
+                for chunk in _json_rows(histories):
+                    tx.execute("attempt_record_set", {"rows": chunk, **fence})
+                recorded = [
+                    tx.execute("job_record_set", {"rows": chunk, **fence})
+                    for chunk in _json_rows(records)
+                ]
                 if records:
-                    ended = self._rules.ending(tx, [id_ for id_, _, _ in records], now)
+                    ended = self._rules.ending(tx, [o.id for o in ordered], now)
                 if count > 0:
                     tx.lock("claim")
                     limit = _claim.overfetch(count)
                     params = {"now": now, "queues": wanted, "limit": limit}
                     found = [tx.execute(q, params) for q in _CANDIDATES]
-            gone = {id_ for (id_, _, _), row in zip(records, recorded, strict=True) if row is None}
+            written = {row["id"] for cursor in recorded for row in cursor.fetchall()}
             rows, hidden = _flow.fetched(found, limit) if count > 0 else ([], False)
             if records:  # `rows` were read before `ended` writes
                 ended()
-            lost = [o.id for o in outcomes if o.id in gone]
+            lost = [o.id for o in outcomes if o.id not in written]
             if count <= 0:
                 return _claim.Cycle(lost=lost, claimed=[])
             claimed: list[models.ClaimedJob] = []
@@ -394,3 +403,17 @@ class SqlStore(
             rows = tx.execute("job_fail_past_deadline", {"now": now}).fetchall()
             self._rules.ended(tx, [r["id"] for r in rows], now)
         return len(rows)
+
+
+def _json_rows(params: Sequence[dict[str, Any]]) -> list[str]:
+    """Rows of parameters as the JSON arrays ``*_set`` statements read them from, at most
+    `SET_ROWS` an array (the scalars `now` and `owner` are parameters of their own)."""
+    return [
+        msgspec.json.encode(
+            [
+                {k: v for k, v in p.items() if k not in ("now", "owner")}
+                for p in params[i : i + SET_ROWS]
+            ]
+        ).decode()
+        for i in range(0, len(params), SET_ROWS)
+    ]

@@ -25,7 +25,7 @@ _STATES = frozenset(s.value for s in models.JobState)
 
 
 def history_params(o: models.Outcome, now: float, owner: str = "") -> dict[str, Any] | None:
-    """The ``attempt_record`` parameters of `o` (fenced by `owner` unless it is ''),
+    """The ``attempt_record_set`` values of `o` (fenced by `owner` unless it is ''),
     or None when it writes no history."""
     if o.history is None:
         return None

@@ -41,6 +41,9 @@ class Report(ChaosState):
             f"overlap-run records (must be 0): {f.get('overlap_runs')}",
             f"settled in {f.get('settle_s')}s after the chaos",
         ]
+        if "workflow" in f:
+            wf = f["workflow"]
+            lines.append(f"workflow: {wf['seconds']}s, faults meanwhile {wf['faults']}")
         if "bulk" in f:
             lines.append(f"bulk operations on the batch: {f['bulk']}")
         if "flood" in f:

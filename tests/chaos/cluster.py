@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import parse_qs, urlsplit
@@ -201,6 +202,18 @@ class SupervisorProcess:
         except OSError:
             return ""
         return "\n".join(text.strip().splitlines()[-lines:])
+
+    def ready_at(self) -> float | None:
+        """When it logged that it supervises (UNIX time), or None."""
+        try:
+            with open(self.log_path, "rb") as f:
+                for line in f:
+                    if b"supervising " in line:
+                        stamp = line[:23].decode(errors="replace")
+                        return datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        except (OSError, ValueError):
+            pass
+        return None
 
     def ready(self) -> bool:
         """True once it logged that it supervises (its signal handlers are in place)."""

@@ -28,9 +28,11 @@ class Held:
     def __init__(self, dsn: str, statement: str, params: tuple[Any, ...]) -> None:
         self.conn: psycopg.Connection[Any] | None = None
         self.pid = 0
+        self.schema = ""
         if dsn.startswith("sqlite:"):
             return
         conninfo, schema = split_dsn(dsn)
+        self.schema = schema
         self.conn = psycopg.connect(conninfo)
         self.conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
         self.conn.execute(statement, params)  # type: ignore[arg-type]
@@ -44,6 +46,17 @@ class Held:
                 "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
             ).fetchone()
         return None if row is None else int(row[0])
+
+    def waiting(self) -> int:
+        """How many of the stores' connections to this schema wait for a lock."""
+        assert self.conn is not None
+        with psycopg.connect(self.conn.info.dsn, autocommit=True) as c:
+            row = c.execute(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE application_name = %s AND wait_event_type = 'Lock'",
+                (f"procqueue:{self.schema}",),
+            ).fetchone()
+        return 0 if row is None else int(row[0])
 
     def release(self) -> None:
         """Rolls the transaction back (its lock goes with it); idempotent."""

@@ -5,9 +5,14 @@ actions, and history or heartbeat rows that don't decode."""
 
 from __future__ import annotations
 
+import threading
+
 from procqueue import models
 from procqueue.models import JobState
+from procqueue.store import open_store
 from procqueue.store.base import Store
+from procqueue.testing import wait_until
+from tests.store.held import Held
 from tests.store.rawdb import RawDb
 
 NOW = 1_700_000_000.0
@@ -204,3 +209,38 @@ def test_throughput_is_counted_per_minute_by_the_store(store: Store) -> None:
     assert counts.done[-4] == 1  # 185 s ago
     assert (sum(counts.done), sum(counts.failed)) == (41, 1)  # an hour ago is out of range
     assert counts.last_60s == 41
+
+
+def test_an_outcome_and_a_rescue_racing_leave_one_history_row(store: Store, dsn: str) -> None:
+    """A supervisor records its job done while a rescue takes the expired
+    lease of the same attempt: whichever writes the row, the history tells
+    that one ending and not the other's (each history row was read before
+    its transaction locked the job's row)."""
+    job_id = _insert(store)
+    claimed = _claim(store)
+    rescuer = open_store(dsn)
+    # Both transactions wait for the job's row, held by the test, after their first read.
+    held = Held(dsn, "SELECT id FROM jobs WHERE id = %s FOR UPDATE", (job_id,))
+    done = _outcome(claimed, JobState.DONE, "done")
+    recording = threading.Thread(
+        target=store.job_record_many, kwargs={"outcomes": [done], "now": NOW + 40}
+    )
+    rescue = threading.Thread(target=rescuer.job_rescue_expired, kwargs={"now": NOW + 60})
+    try:
+        recording.start()
+        if held.conn is not None:
+            wait_until(lambda: held.blocked_by(held.pid), what="the outcome to wait")
+        else:
+            recording.join()
+        rescue.start()
+        if held.conn is not None:
+            wait_until(lambda: held.waiting() == 2, what="the rescue to wait")
+        held.release()
+        recording.join()
+        rescue.join()
+    finally:
+        held.release()
+        rescuer.close()
+    info = store.job_get(id=job_id)
+    assert info is not None and info.state == JobState.DONE
+    assert [h.outcome for h in info.history] == ["done"]

@@ -280,33 +280,45 @@ RETURNING id, attempts, cancel_requested
 -- Running jobs of an owner that were asked to cancel.
 SELECT id FROM jobs WHERE state = 'running' AND owner = %(owner)s AND cancel_requested
 
--- job_record --
--- Records an attempt's outcome, fenced by attempt and (unless '') owner; refund gives the
--- attempt back.
+-- job_record_set --
+-- Records attempts' outcomes in one statement, each fenced by attempt and (unless '') owner;
+-- refund gives the attempt back. %(rows)s is a JSON array of each outcome's values (now and
+-- owner are parameters of their own).
 -- A cancel requested while it ran wins over a retry or a hand-back: the job
 -- ends cancelled instead of running again. The last progress is kept, except
--- on a job going back to pending: its next attempt starts with none (and no pid).
+-- on a job going back to pending: its next attempt starts with none (and no pid). Their
+-- rows are locked in id order first, so that two transactions recording the same rows cannot
+-- deadlock. Returns the ids recorded.
+WITH r AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS r(
+        id bigint, attempt integer, state text, result text, error text, run_at float8,
+        refund boolean, snooze integer, progress text, fraction float8, started_at float8)
+), locked AS (
+    SELECT jobs.id FROM jobs WHERE jobs.id IN (SELECT id FROM r) ORDER BY jobs.id FOR UPDATE
+)
 UPDATE jobs
-SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
-                 ELSE %(state)s::text END,
-    result = %(result)s::json,
-    error = CASE WHEN cancel_requested AND %(state)s::text = 'pending'
-                 THEN 'cancelled while running' ELSE %(error)s::text END,
-    run_at = coalesce(%(run_at)s::float8, run_at),
-    started_at = coalesce(%(started_at)s::float8, started_at),
-    finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
-                         OR (cancel_requested AND %(state)s::text = 'pending')
+SET state = CASE WHEN jobs.cancel_requested AND r.state = 'pending' THEN 'cancelled'
+                 ELSE r.state END,
+    result = r.result::json,
+    error = CASE WHEN jobs.cancel_requested AND r.state = 'pending'
+                 THEN 'cancelled while running' ELSE r.error END,
+    run_at = coalesce(r.run_at, jobs.run_at),
+    started_at = coalesce(r.started_at, jobs.started_at),
+    finished_at = CASE WHEN r.state IN ('done', 'failed', 'cancelled')
+                         OR (jobs.cancel_requested AND r.state = 'pending')
                        THEN %(now)s::float8 END,
-    attempts = attempts - %(refund)s::integer, snoozes = snoozes + %(snooze)s::integer,
-    progress = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
-                    ELSE coalesce(%(progress)s::text, progress) END,
-    fraction = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
-                    ELSE coalesce(%(fraction)s::float8, fraction) END,
+    attempts = jobs.attempts - r.refund::integer, snoozes = jobs.snoozes + r.snooze,
+    progress = CASE WHEN r.state = 'pending' AND NOT jobs.cancel_requested THEN NULL
+                    ELSE coalesce(r.progress, jobs.progress) END,
+    fraction = CASE WHEN r.state = 'pending' AND NOT jobs.cancel_requested THEN NULL
+                    ELSE coalesce(r.fraction, jobs.fraction) END,
     pid = NULL,
     owner = NULL, lease_until = NULL, cancel_requested = false
-WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
-  AND (%(owner)s::text = '' OR owner = %(owner)s::text)
-RETURNING id
+FROM r
+WHERE jobs.id = r.id AND jobs.id IN (SELECT id FROM locked)
+  AND jobs.attempts = r.attempt AND jobs.state = 'running'
+  AND (%(owner)s::text = '' OR jobs.owner = %(owner)s::text)
+RETURNING jobs.id
 
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
@@ -477,20 +489,28 @@ SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
 
 -- ---- Operations: attempt history, supervisors, managed limits, bulk actions ----
 
--- attempt_record --
--- One attempt's history row, written with its outcome in the same transaction and fenced the
--- same way (nothing is written when the attempt is no longer running). A cancel that wins over
--- a retry or a hand-back is recorded as the cancel it becomes.
+-- attempt_record_set --
+-- Attempts' history rows in one statement (%(rows)s: a JSON array of each outcome's values),
+-- written with their outcomes in the same transaction and fenced the same way (nothing is
+-- written for an attempt no longer running). A cancel that wins over a retry or a hand-back
+-- is recorded as the cancel it becomes.
 INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
                           outcome, exit_reason, error, peak_memory)
-SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), claimed_at,
-       %(started_at)s::float8, %(now)s::float8,
-       CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
-            ELSE %(outcome)s::text END,
-       %(exit_reason)s::text, %(error)s::text, %(peak_memory)s::float8
-FROM jobs WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
-  AND (%(owner)s::text = '' OR owner = %(owner)s::text)
-RETURNING job_id
+SELECT jobs.id, jobs.attempts, jobs.owner, coalesce(r.child_pid, jobs.pid), jobs.claimed_at,
+       r.started_at, %(now)s::float8,
+       CASE WHEN jobs.cancel_requested AND r.state = 'pending' THEN 'cancelled'
+            ELSE r.outcome END,
+       r.exit_reason, r.error, r.peak_memory
+FROM json_to_recordset(%(rows)s::json) AS r(
+         id bigint, attempt integer, state text, outcome text, child_pid integer,
+         started_at float8, exit_reason text, error text, peak_memory float8)
+JOIN jobs ON jobs.id = r.id
+WHERE jobs.attempts = r.attempt AND jobs.state = 'running'
+  AND (%(owner)s::text = '' OR jobs.owner = %(owner)s::text)
+ORDER BY jobs.id
+-- The rows are locked as they are read: a rescue or another outcome changing one meanwhile is
+-- waited for and the row read again, so no row tells an ending that the fence then refuses.
+FOR UPDATE OF jobs
 
 -- attempt_record_lost --
 -- History rows of the running jobs whose lease passed, written just before job_rescue_expired
@@ -501,6 +521,9 @@ SELECT id, attempts, owner, pid, claimed_at, started_at, %(now)s::float8, 'lost'
        'its lease ran out: its supervisor stopped renewing it', NULL
 FROM jobs WHERE state = 'running'
   AND (lease_until < %(now)s::float8 OR lease_until IS NULL OR lease_until = 'NaN'::float8)
+-- Locked as read (in id order), as attempt_record is: an outcome or a renewal committed
+-- meanwhile is seen, and its job neither rescued nor said to be.
+ORDER BY id FOR UPDATE
 
 -- attempt_list --
 -- Every recorded attempt of one job, oldest first.

@@ -276,31 +276,41 @@ RETURNING id, attempts, cancel_requested
 -- Running jobs of an owner that were asked to cancel.
 SELECT id FROM jobs WHERE state = 'running' AND owner = :owner AND cancel_requested = 1
 
--- job_record --
--- Records an attempt's outcome, fenced by attempt and (unless '') owner; refund gives the
--- attempt back.
+-- job_record_set --
+-- Records attempts' outcomes in one statement, each fenced by attempt and (unless '') owner;
+-- refund gives the attempt back. :rows is a JSON array of each outcome's values (now and
+-- owner are parameters of their own).
 -- A cancel requested while it ran wins over a retry or a hand-back: the job
 -- ends cancelled instead of running again. The last progress is kept, except
--- on a job going back to pending: its next attempt starts with none (and no pid).
+-- on a job going back to pending: its next attempt starts with none (and no pid). Returns
+-- the ids recorded.
 UPDATE jobs
-SET state = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled'
-                 ELSE :state END,
-    result = :result,
-    error = CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled while running'
-                 ELSE :error END,
-    run_at = coalesce(:run_at, run_at),
-    started_at = coalesce(:started_at, started_at),
-    finished_at = CASE WHEN :state IN ('done', 'failed', 'cancelled')
-                         OR (cancel_requested = 1 AND :state = 'pending') THEN :now END,
-    attempts = attempts - :refund, snoozes = snoozes + :snooze,
-    progress = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
-                    ELSE coalesce(:progress, progress) END,
-    fraction = CASE WHEN :state = 'pending' AND cancel_requested = 0 THEN NULL
-                    ELSE coalesce(:fraction, fraction) END,
+SET state = CASE WHEN jobs.cancel_requested = 1 AND r.state = 'pending' THEN 'cancelled'
+                 ELSE r.state END,
+    result = r.result,
+    error = CASE WHEN jobs.cancel_requested = 1 AND r.state = 'pending'
+                 THEN 'cancelled while running' ELSE r.error END,
+    run_at = coalesce(r.run_at, jobs.run_at),
+    started_at = coalesce(r.started_at, jobs.started_at),
+    finished_at = CASE WHEN r.state IN ('done', 'failed', 'cancelled')
+                         OR (jobs.cancel_requested = 1 AND r.state = 'pending') THEN :now END,
+    attempts = jobs.attempts - r.refund, snoozes = jobs.snoozes + r.snooze,
+    progress = CASE WHEN r.state = 'pending' AND jobs.cancel_requested = 0 THEN NULL
+                    ELSE coalesce(r.progress, jobs.progress) END,
+    fraction = CASE WHEN r.state = 'pending' AND jobs.cancel_requested = 0 THEN NULL
+                    ELSE coalesce(r.fraction, jobs.fraction) END,
     pid = NULL,
     owner = NULL, lease_until = NULL, cancel_requested = 0
-WHERE id = :id AND attempts = :attempt AND state = 'running' AND (:owner = '' OR owner = :owner)
-RETURNING id
+FROM (SELECT value ->> '$.id' AS id, value ->> '$.attempt' AS attempt,
+             value ->> '$.state' AS state, value ->> '$.result' AS result,
+             value ->> '$.error' AS error, value ->> '$.run_at' AS run_at,
+             value ->> '$.refund' AS refund, value ->> '$.snooze' AS snooze,
+             value ->> '$.progress' AS progress, value ->> '$.fraction' AS fraction,
+             value ->> '$.started_at' AS started_at
+      FROM json_each(:rows)) AS r
+WHERE jobs.id = r.id AND jobs.attempts = r.attempt AND jobs.state = 'running'
+  AND (:owner = '' OR jobs.owner = :owner)
+RETURNING jobs.id
 
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
@@ -457,17 +467,27 @@ ROLLBACK
 
 -- ---- Operations: attempt history, supervisors, managed limits, bulk actions ----
 
--- attempt_record --
--- One attempt's history row, written with its outcome in the same transaction and fenced the
--- same way (nothing is written when the attempt is no longer running). A cancel that wins over
--- a retry or a hand-back is recorded as the cancel it becomes.
+-- attempt_record_set --
+-- Attempts' history rows in one statement (:rows: a JSON array of each outcome's values),
+-- written with their outcomes in the same transaction and fenced the same way (nothing is
+-- written for an attempt no longer running). A cancel that wins over a retry or a hand-back
+-- is recorded as the cancel it becomes.
 INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
                           outcome, exit_reason, error, peak_memory)
-SELECT id, attempts, owner, coalesce(:child_pid, pid), claimed_at, :started_at, :now,
-       CASE WHEN cancel_requested = 1 AND :state = 'pending' THEN 'cancelled' ELSE :outcome END,
-       :exit_reason, :error, :peak_memory
-FROM jobs WHERE id = :id AND attempts = :attempt AND state = 'running' AND (:owner = '' OR owner = :owner)
-RETURNING job_id
+SELECT jobs.id, jobs.attempts, jobs.owner, coalesce(r.child_pid, jobs.pid), jobs.claimed_at,
+       r.started_at, :now,
+       CASE WHEN jobs.cancel_requested = 1 AND r.state = 'pending' THEN 'cancelled'
+            ELSE r.outcome END,
+       r.exit_reason, r.error, r.peak_memory
+FROM (SELECT value ->> '$.id' AS id, value ->> '$.attempt' AS attempt,
+             value ->> '$.state' AS state, value ->> '$.outcome' AS outcome,
+             value ->> '$.child_pid' AS child_pid, value ->> '$.started_at' AS started_at,
+             value ->> '$.exit_reason' AS exit_reason, value ->> '$.error' AS error,
+             value ->> '$.peak_memory' AS peak_memory
+      FROM json_each(:rows)) AS r
+JOIN jobs ON jobs.id = r.id
+WHERE jobs.attempts = r.attempt AND jobs.state = 'running' AND (:owner = '' OR jobs.owner = :owner)
+ORDER BY jobs.id
 
 -- attempt_record_lost --
 -- History rows of the running jobs whose lease passed, written just before job_rescue_expired
