@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import enum
 import math
+import re
 from typing import Any
 
 import msgspec
@@ -152,6 +153,19 @@ class NewJob(msgspec.Struct, frozen=True):
     """How many times it may snooze before a snooze fails it."""
     headers: dict[str, str] = {}
     """What the producer's `around_enqueue` hooks store with it (a trace context...)."""
+    group: str | None = None
+    """Claims rotate across the groups of a queue and priority."""
+    group_limit: int | None = None
+    """At most this many jobs of its group held (running or reserved) at once."""
+    rate_limit: str | None = None
+    """At most N starts of jobs of its name per window (``"N/s"``, ``"N/m"``, ``"N/h"``)."""
+    group_rate: str | None = None
+    """At most N starts of jobs of its group per window."""
+    debounce: float | None = None
+    """With `key`: an enqueue finding the key pending replaces its args and
+    moves its run_at to now + debounce (see `debounce_max`)."""
+    debounce_max: float = 60.0
+    """Seconds after the first enqueue past which debouncing never delays it."""
 
 
 class Dependency(msgspec.Struct, frozen=True):
@@ -300,6 +314,10 @@ class QueueInfo(msgspec.Struct, frozen=True):
     limit_by: str | None = None
     """Who set the limit (``operator``, or ``supervise on HOST:PID``)."""
     limit_at: dt.datetime | None = None
+    rate: str | None = None
+    """Queue-wide starts per window (``"100/m"``), None when unlimited."""
+    rate_used: int = 0
+    """Starts counted in the current window of `rate`."""
 
 
 class BatchState(enum.StrEnum):
@@ -358,6 +376,24 @@ class BatchCallback(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     arg: str | None
     deadline: float | None = None
     """The handler's deadline in seconds, counted from the completion."""
+
+
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_CONTROL_OR_NEWLINE = re.compile(f"{_CONTROL.pattern[:-1]}\n]")
+
+
+def _escape(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` with every control character written as an escape (``\\x1b``,
+    ``\\r``, ``\\u202e``): a name, an error, a progress message or an output
+    line a job controls can't move the cursor, retitle or clear the terminal,
+    or forge a line. With `lines`, newlines are kept (multi-line values).
+    The one escaping of what the CLI and the log print."""
+    return (_CONTROL if lines else _CONTROL_OR_NEWLINE).sub(_escape, text)
 
 
 def cap_error(text: str) -> str:

@@ -18,6 +18,11 @@ from typing import IO
 
 TAIL_CHARS = 1500
 """Of a stack dump, the last this-many characters are kept (the innermost frames come first)."""
+_OWN_FRAMES = (
+    f'File "{os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}{os.sep}',
+    'File "<frozen runpy>"',
+)
+"""How the frames of procqueue's own code (and of ``python -m``) start in a dump."""
 
 
 def path(pid: int) -> Path:
@@ -53,6 +58,18 @@ def collect(pid: int) -> str | None:
         target.unlink()
     if not text:
         return None
+    text = _job_frames(text)
     if len(text) > TAIL_CHARS:
         text = text[:TAIL_CHARS] + "\n[...]"
     return text
+
+
+def _job_frames(dump: str) -> str:
+    """`dump` without the frames of procqueue's own code (the runner, the
+    child's loop) that every crash shares: the job's frames are what tell
+    one crash from another."""
+    lines = dump.splitlines()
+    kept = [line for line in lines if not line.strip().startswith(_OWN_FRAMES)]
+    if len(kept) == len(lines):
+        return dump
+    return "\n".join([*kept, f"({len(lines) - len(kept)} frames of procqueue's own left out)"])

@@ -1,6 +1,7 @@
 """A child's side of its pipes: the inbox thread that reads what the
 supervisor sends, the fence that ends a job whose lease runs out, the
-progress flusher, and the channel a job's `Context` writes through.
+progress flusher, the channel a job's `Context` writes through, and the
+child's own stdout and stderr, restored after each job.
 
 A child fences itself: when the pipe from the supervisor ends (the
 supervisor is gone, ``kill -9`` included) or the running job's lease runs
@@ -15,8 +16,10 @@ import contextlib
 import os
 import queue
 import signal
+import sys
 import threading
 import time
+from typing import TextIO
 
 import msgspec
 
@@ -35,9 +38,36 @@ def _end_tree_and_exit(why: str) -> None:
     """Kills every process below this one, then exits at once (any thread)."""
     with contextlib.suppress(OSError):
         os.write(2, f"procqueue child {os.getpid()}: {why}; ending the job\n".encode())
-    for _ in range(3):  # a process may fork while the tree is being killed
-        proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
+    proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
     os._exit(FENCE_EXIT)
+
+
+class StdStreams:
+    """The child's stdout and stderr (fds 1 and 2, which the supervisor
+    reads) as they were when it started: a job that closes or redirects
+    them silences only itself, never the jobs after it in this child."""
+
+    def __init__(self) -> None:
+        self._saved = {1: os.dup(1), 2: os.dup(2)}  # not inherited by what jobs start
+
+    def restore(self) -> None:
+        """fds 1 and 2, `sys.stdout` and `sys.stderr` as at start, with what
+        the job left buffered written out."""
+        for fd, saved in self._saved.items():
+            with contextlib.suppress(OSError):
+                os.dup2(saved, fd)
+        sys.stdout = _open_stream(sys.__stdout__, 1)
+        sys.stderr = _open_stream(sys.__stderr__, 2)
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+
+
+def _open_stream(stream: TextIO | None, fd: int) -> TextIO:
+    """`stream`, or a new one on `fd` if a job closed it."""
+    if stream is not None and not stream.closed:
+        return stream
+    return open(fd, "w", buffering=1, closefd=False, errors="backslashreplace")
 
 
 _WRITING = threading.Lock()

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import os
 import signal
+import time
 
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
 _PR_SET_CHILD_SUBREAPER = 36
@@ -59,16 +60,51 @@ def rss_mb(pids: list[int]) -> float:
     return total * _PAGE_MB
 
 
+KILL_PASSES_S = 2.0
+"""How long `signal_tree` goes on killing a tree that keeps forking."""
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.kill(pid, sig)
+
+
 def signal_tree(pid: int, sig: signal.Signals, *, include_root: bool = True) -> None:
     """Sends `sig` to `pid`'s process group and to every descendant of `pid`
-    (those that left the group too). Gone processes are fine."""
-    below = descendants(pid)
+    (those that left the group too). Gone processes are fine.
+
+    SIGKILL ends the whole tree, whatever it does meanwhile: `pid` is
+    stopped first (it can start nothing more, and as a subreaper it still
+    adopts the orphans), then its descendants are killed pass after pass,
+    each pass finding what forked during the last, until a pass finds none
+    alive (or `KILL_PASSES_S` has passed), and `pid` last.
+    """
+    if sig == signal.SIGKILL:
+        if include_root:
+            _signal(pid, signal.SIGSTOP)
+        give_up = time.monotonic() + KILL_PASSES_S
+        while time.monotonic() < give_up:
+            alive = [p for p in descendants(pid) if _alive(p)]
+            if not alive:
+                break
+            for p in alive:
+                _signal(p, sig)
     if include_root:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
-    for p in below:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(p, sig)
+    for p in descendants(pid):
+        _signal(p, sig)
+    if include_root and sig == signal.SIGKILL:
+        _signal(pid, sig)  # also when it had left its own group
 
 
 def become_subreaper() -> None:

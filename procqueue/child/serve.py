@@ -23,7 +23,7 @@ from typing import Any
 
 from procqueue import errors, protocol
 from procqueue.child import crashlog, loading, proctree
-from procqueue.child.pipes import Fence, Flusher, Inbox, PipeChannel
+from procqueue.child.pipes import Fence, Flusher, Inbox, PipeChannel, StdStreams
 from procqueue.jobs import runner
 from procqueue.jobs.stopping import EventLoop, Guard
 from procqueue.producer.app import App
@@ -117,6 +117,7 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
     fence = Fence()
     inbox = Inbox(rfd, fence)
     flusher = Flusher()
+    streams = StdStreams()
     loop = EventLoop()  # every async job of this child runs on it
     current: list[tuple[int, PipeChannel, Guard]] = []
 
@@ -166,8 +167,7 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
             else:
                 reply = runner.execute(job, message, channel=channel, guard=guard, loop=loop)
             _reap_leftovers()
-            sys.stdout.flush()
-            sys.stderr.flush()
+            streams.restore()
             channel.send(channel.outcome(_oversized(reply)))
         finally:
             current.clear()

@@ -79,7 +79,7 @@ def batch_document(
 def batch_detail(info: models.BatchInfo, now: float, failures: list[models.JobInfo]) -> str:
     per_second = rate(info, now)
     lines = [
-        f"batch {info.id} {render.printable(repr(info.name))}: {info.state.value}",
+        f"batch {info.id} {models.printable(repr(info.name))}: {info.state.value}",
         f"  {bar(info.fraction)}  {ended(info)}/{info.total} ended",
         f"  blocked {info.blocked}  pending {info.pending}  running {info.running}  "
         f"done {info.done}  "
@@ -88,21 +88,21 @@ def batch_detail(info: models.BatchInfo, now: float, failures: list[models.JobIn
         f"eta {render.age(eta(info, now))}",
         f"  created {render.when(info.created_at)}  started {render.when(info.started_at)}  "
         f"finished {render.when(info.finished_at)}",
-        f"  on_complete {render.printable(info.on_complete or '-')}  "
-        f"on_success {render.printable(info.on_success or '-')}  "
+        f"  on_complete {models.printable(info.on_complete or '-')}  "
+        f"on_success {models.printable(info.on_success or '-')}  "
         f"completions {info.completions}",
     ]
     if info.cancelled_at is not None:
         lines.append(f"  cancelled {render.when(info.cancelled_at)}")
     if info.meta:
-        lines.append(f"  meta {render.printable(msgspec.json.encode(info.meta).decode())}")
+        lines.append(f"  meta {models.printable(msgspec.json.encode(info.meta).decode())}")
     if info.undecodable:
-        lines.append(f"  undecodable: {render.printable(info.undecodable)}")
+        lines.append(f"  undecodable: {models.printable(info.undecodable)}")
     if failures:
         lines.append(f"failures ({len(failures)} of {info.failed} shown):")
         for job in failures:
-            name, error = render.printable(job.name), render.first_line(job.error, 160)
-            lines.append(f"  {job.id}  {name}  attempts {job.attempts}  {render.printable(error)}")
+            name, error = models.printable(job.name), render.first_line(job.error, 160)
+            lines.append(f"  {job.id}  {name}  attempts {job.attempts}  {models.printable(error)}")
     return "\n".join(lines)
 
 
@@ -121,7 +121,7 @@ _MARK = {
 
 def _node(node: workflow.Node, width: int) -> str:
     mark = _MARK.get(node.state, "??")
-    label = render.printable(f"#{node.id} {node.name}")
+    label = models.printable(f"#{node.id} {node.name}")
     text = f"[{mark}] {label:<{width}} {node.state:<9}"
     if node.after:
         shown = " ".join(f"#{p}" for p in node.after[:6])
@@ -137,7 +137,7 @@ def graph_text(info: models.BatchInfo, graph: workflow.Graph) -> str:
     `GRAPH_PER_LAYER` nodes and the rest counted by state."""
     total = sum(len(layer) for layer in graph.layers)
     lines = [
-        f"batch {info.id} {render.printable(repr(info.name))}: {info.state.value}, "
+        f"batch {info.id} {models.printable(repr(info.name))}: {info.state.value}, "
         f"{total} members in {len(graph.layers)} layer{'' if len(graph.layers) == 1 else 's'}"
         + ("" if graph.is_workflow else " (no member depends on another)")
     ]

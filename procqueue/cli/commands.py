@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from procqueue import config, errors
+from procqueue import config, errors, models
 from procqueue import store as store_mod
 from procqueue.cli import logs, render
 from procqueue.clock import from_env
@@ -276,7 +276,9 @@ def cmd_show(args: argparse.Namespace, app: App) -> int:
     deps = [] if args.json else app.dependencies([info.id])
     if deps:
         shown = ", ".join(f"#{d.depends_on} ({d.state or 'pruned'})" for d in deps)
-        print(f"{'after:':<14}{render.printable(shown)}")
+        print(f"{'after:':<14}{models.printable(shown)}")
+    for why in [] if args.json or info.state != "pending" else app.waits(info.id):
+        print(f"{'waits:':<14}{models.printable(why)}")
     return 0
 
 

@@ -15,6 +15,8 @@ from typing import Any, Literal, TextIO
 
 import msgspec
 
+from procqueue import models
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 LogFormat = Literal["text", "json"]
@@ -59,11 +61,22 @@ class JsonFormatter(logging.Formatter):
             return _encoder.encode({**doc, **extras}).decode()
 
 
+class TextFormatter(logging.Formatter):
+    """`TEXT_FORMAT`, with control characters escaped (newlines kept): a job's
+    name or error can't retitle, clear or overprint the operator's terminal."""
+
+    def __init__(self) -> None:
+        super().__init__(TEXT_FORMAT)
+
+    def format(self, record: logging.LogRecord) -> str:
+        return models.printable(super().format(record), lines=True)
+
+
 def formatter(log_format: LogFormat) -> logging.Formatter:
     """The formatter for `log_format` (``text`` or ``json``)."""
     if log_format == "json":
         return JsonFormatter()
-    return logging.Formatter(TEXT_FORMAT)
+    return TextFormatter()
 
 
 def setup(level: str, log_format: LogFormat, stream: TextIO | None = None) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import msgspec
 
 from procqueue import models
+from procqueue.models import printable
 
 JOB_FIELDS = tuple(models.JobInfo.__struct_fields__)
 """The fields of a job record (DESIGN.md section 5), in order."""
@@ -57,23 +57,6 @@ def age(seconds: float | None) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
-
-
-_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-_CONTROL_OR_NEWLINE = re.compile(f"{_CONTROL.pattern[:-1]}\n]")
-
-
-def _escape(match: re.Match[str]) -> str:
-    code = ord(match.group())
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
-
-
-def printable(text: str, *, lines: bool = False) -> str:
-    """`text` with every control character written as an escape (``\\x1b``,
-    ``\\r``, ``\\u202e``): a name, an error or a progress message a job
-    controls can't move the cursor, retitle or clear the terminal, or forge
-    a line. With `lines`, newlines are kept (multi-line values)."""
-    return (_CONTROL if lines else _CONTROL_OR_NEWLINE).sub(_escape, text)
 
 
 def progress(info: models.JobInfo) -> str:
@@ -241,6 +224,7 @@ QUEUE_HEADERS = (
     "queue",
     "limit",
     "limit set by",
+    "rate",
     "paused",
     "pending",
     "reserved",
@@ -259,6 +243,7 @@ def queue_row(q: models.QueueInfo) -> list[object]:
         q.name,
         limit,
         by,
+        "none" if q.rate is None else f"{q.rate} ({q.rate_used} in window)",
         q.paused,
         q.pending,
         q.reserved,

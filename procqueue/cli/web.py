@@ -14,6 +14,7 @@ from typing import Any
 from procqueue import errors
 from procqueue import store as store_mod
 from procqueue.cli.commands import LoadError, check_listen
+from procqueue.producer.app import App
 
 DASHBOARD_MISSING = "the dashboard needs the dashboard extra: pip install 'procqueue[dashboard]'"
 DASHBOARD_TOKEN_ENV = "PROCQUEUE_DASHBOARD_TOKEN"
@@ -28,7 +29,6 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             raise
         raise LoadError(DASHBOARD_MISSING) from None
     dsn = store_mod.resolve_dsn(args.dsn)
-    store_mod.open_store(dsn).close()  # a malformed or unreachable DSN fails here
     check_listen(args.host, args.port)
     token = args.token or os.environ.get(DASHBOARD_TOKEN_ENV) or None
     if token is not None and token != token.strip():
@@ -38,6 +38,12 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
             f"the dashboard can retry and cancel jobs: listening on {args.host} "
             f"needs a token (--token or ${DASHBOARD_TOKEN_ENV})"
         )
+    probe = App(dsn)
+    probe.migrate = False  # a dashboard never creates a database or a schema
+    try:
+        _ = probe.store  # a malformed or unreachable DSN, or one without the schema, fails here
+    finally:
+        probe.close()
     # uvicorn stops on SIGTERM, then raises the signal again for the handler
     # it found: make that an exit with code 0, as for the supervisor's drain.
     previous = signal.signal(signal.SIGTERM, _exit_0)

@@ -327,8 +327,14 @@ def create_app(
         token: when given, every request must present it (see `security`).
         allowed_hosts: Host header names accepted (None: any).
         poll_interval: seconds between the page's live updates.
+
+    Raises:
+        StoreError: `dsn` can't be opened, or has no procqueue schema (the
+            dashboard never creates one).
     """
     queue_app = App(dsn)
+    queue_app.migrate = False  # a mistyped DSN is an error, not a new empty queue
+    _ = queue_app.store  # raises StoreError here for a database without procqueue's schema
     dashboard = Dashboard(queue_app, poll_interval=poll_interval)
 
     @contextlib.asynccontextmanager

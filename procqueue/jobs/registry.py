@@ -335,6 +335,12 @@ class Registry(Mapping[str, Job[Any, Any]]):
             after=list(parsed.after),
             allow_failure=parsed.allow_failure,
             max_snoozes=o.max_snoozes,
+            group=parsed.flow.group,
+            group_limit=o.group_limit,
+            rate_limit=o.rate_limit,
+            group_rate=o.group_rate,
+            debounce=parsed.flow.debounce,
+            debounce_max=parsed.flow.debounce_max,
         )
 
     def failure_handler_job(

@@ -115,7 +115,28 @@ def execute(
     Catches everything the job raises, `SystemExit`, `KeyboardInterrupt`
     and `Stopped` included: a job cannot stop its child by raising.
     """
-    return attempt(job, message, channel=channel, guard=guard or Guard(), loop=loop)[0]
+    run, around = attempt(job, message, channel=channel, guard=guard or Guard(), loop=loop)
+    reply: protocol.Done | protocol.Failed
+    if run.exception is not None:
+        reply = failure(run.job_id, run.exception)
+    else:
+        # Encoded in this frame, as shallow on the stack as it can be: a
+        # deeply nested result must fit the encoder's recursion limit.
+        try:
+            encoded = job.codec.encode(run.result)
+            if b"null" in encoded and options.non_finite(job.codec.to_builtins(run.result)):
+                raise ValueError("it holds NaN or infinity, which JSON cannot carry")
+        except RecursionError:  # its path would be as long as it is deep: say what it is
+            reply = _unencodable(run.job_id, "it is nested too deep for the encoder's stack")
+        except (TypeError, ValueError, msgspec.EncodeError, OverflowError) as exc:
+            path = (
+                None if isinstance(exc, ValueError) else job.codec.unencodable(run.result, "result")
+            )
+            reply = _unencodable(run.job_id, path or str(exc))
+        else:
+            reply = protocol.Done(job_id=run.job_id, result=encoded)
+    finish(run, reply, around)
+    return reply
 
 
 def attempt(
@@ -125,8 +146,10 @@ def attempt(
     channel: Channel,
     guard: Guard,
     loop: EventLoop | None,
-) -> tuple[protocol.Done | protocol.Failed, hooks.Run]:
-    """`execute`'s reply, and the `Run` its hooks saw (result and exception set)."""
+) -> tuple[hooks.Run, hooks.Around]:
+    """Enters the job's `around_run` hooks and runs the attempt in them;
+    returns what their `Run` says of it (the result, or the exception) and
+    the hooks, still entered: `finish` exits them."""
     try:
         args, bad = decode_args(job, message.args), None
     except errors.Permanent as exc:
@@ -141,22 +164,22 @@ def attempt(
     )
     around = hooks.Around(job.hooks.run, run)
     around.enter()
-    reply: protocol.Done | protocol.Failed
     try:
         if bad is not None:
             raise bad
         run.result = call(job, run, channel, guard, loop)
     except BaseException as exc:
         run.exception = exc
-        reply = failure(run.job_id, exc)
-    else:
-        reply = reply_of(job, run.job_id, run.result)
+    return run, around
+
+
+def finish(run: hooks.Run, reply: protocol.Done | protocol.Failed, around: hooks.Around) -> None:
+    """Tells `run` its outcome (`reply`) and exits the hooks with its exception."""
     if isinstance(reply, protocol.Failed):
         run.outcome, run.error = reply.kind, reply.error
     else:
         run.outcome = "done"
     around.exit(run.exception)
-    return reply, run
 
 
 def failure(job_id: int, exc: BaseException) -> protocol.Failed:
@@ -171,20 +194,10 @@ def failure(job_id: int, exc: BaseException) -> protocol.Failed:
     return protocol.Failed(job_id=job_id, kind="error", error=describe(exc))
 
 
-def reply_of(job: Job[Any, Any], job_id: int, result: Any) -> protocol.Done | protocol.Failed:
-    """`result` encoded for the supervisor, or the failure saying why it can't be."""
-    try:
-        encoded_result = job.codec.encode(result)
-        if b"null" in encoded_result and options.non_finite(job.codec.to_builtins(result)):
-            raise ValueError("it holds NaN or infinity, which JSON cannot carry")
-    except (TypeError, ValueError, msgspec.EncodeError, OverflowError, RecursionError) as exc:
-        where = None if isinstance(exc, ValueError) else job.codec.unencodable(result, "result")
-        return protocol.Failed(
-            job_id=job_id,
-            kind="permanent",
-            error=f"the result cannot be encoded: {where or exc}",
-        )
-    return protocol.Done(job_id=job_id, result=encoded_result)
+def _unencodable(job_id: int, why: str) -> protocol.Failed:
+    return protocol.Failed(
+        job_id=job_id, kind="permanent", error=f"the result cannot be encoded: {why}"
+    )
 
 
 class InlineChannel:
@@ -230,7 +243,9 @@ def run_inline(job: Job[Any, Any], encoded: bytes) -> Any:
     message = protocol.Run(
         job_id=0, attempt=1, name=job.name, args=encoded, steps={}, queue=job.options.queue
     )
-    _, run = attempt(job, message, channel=InlineChannel(), guard=Guard(), loop=None)
+    run, around = attempt(job, message, channel=InlineChannel(), guard=Guard(), loop=None)
+    done = protocol.Done(job_id=0, result=b"")
+    finish(run, done if run.exception is None else failure(0, run.exception), around)
     if run.exception is not None:
         raise run.exception
     return msgspec.json.decode(job.codec.encode(run.result))

@@ -32,10 +32,13 @@ def open_store(dsn: str, *, create: bool = True) -> Store:
         raise errors.ConfigError("malformed DSN: it holds a NUL character")
     if dsn.startswith("sqlite://"):
         path = dsn[len("sqlite://") :]
-        if path.startswith("/"):
-            path = path[1:]  # sqlite:///rel.db is relative, sqlite:////abs.db absolute
-        if not path:
-            raise errors.ConfigError(f"malformed DSN {dsn!r}: expected sqlite:///PATH")
+        # sqlite:///rel.db is relative, sqlite:////abs.db absolute; sqlite://x.db
+        # (a host part) is a typo, not a file to create
+        if not path.startswith("/") or len(path) == 1:
+            raise errors.ConfigError(
+                f"malformed DSN {dsn!r}: expected sqlite:///PATH (three slashes; four if absolute)"
+            )
+        path = path[1:]
         from procqueue.store.sqlite import SqliteStore
 
         return SqliteStore(path, create=create)

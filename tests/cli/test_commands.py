@@ -173,6 +173,8 @@ def test_dashboard_arguments(
     fake_dashboard: list[dict[str, Any]],
 ) -> None:
     monkeypatch.chdir(tmp_path)
+    for name in ("procqueue.db", "file.db", "x.db"):  # a dashboard never creates one
+        assert run(capsys, "migrate", "--dsn", f"sqlite:///{name}")[0] == 0
     assert run(capsys, "dashboard") == (0, "", "")
     assert fake_dashboard[-1] == {
         "dsn": "sqlite:///procqueue.db",
@@ -258,6 +260,8 @@ def test_dashboard_serves_in_a_real_process(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PROCQUEUE_")}
     env["PROCQUEUE_DASHBOARD_TOKEN"] = "s3cret"
     log = tmp_path / "dashboard.log"
+    migrate = [sys.executable, "-m", "procqueue", "migrate"]  # a dashboard never creates one
+    subprocess.run(migrate, cwd=tmp_path, env=env, check=True, stdout=subprocess.DEVNULL)
     with log.open("w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "procqueue", "dashboard", "--port", str(port)],

@@ -14,9 +14,13 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import SpanKind
 
 from procqueue import App, JobState
+from procqueue.contrib.otel import instrument
 from procqueue.testing import supervising, wait_until
 from tests.helpers import finished
 from tests.jobs import traced
@@ -96,6 +100,16 @@ def test_a_web_request_span_is_the_parent_of_the_childs_process_span(
     assert attributes["procqueue.attempt"] == 1
     assert attributes["procqueue.outcome"] == "done"
     assert process["status"] == "UNSET"
+
+
+def test_an_async_jobs_own_spans_nest_in_its_process_span(app: App, spans_file: Path) -> None:
+    with supervising(app, SPEC, workers=1):
+        job_id = app.enqueue(JOB + "fetch_async", {"n": 4})
+        assert finished(app, job_id).result == 4
+        spans = exported(spans_file, process_spans(job_id), "the process span")
+    (process,) = process_spans(job_id)(spans)
+    inner = one(spans, name="inside the async job")
+    assert inner["parent_id"] == process["span_id"]
 
 
 def test_a_retry_is_a_new_trace_linked_to_the_enqueue_and_errors_are_recorded(
@@ -178,3 +192,32 @@ def test_procqueue_never_imports_opentelemetry_itself(tmp_path: Path) -> None:
         timeout=120,
     )
     assert out.stdout.strip() == "done [] []", out.stderr
+
+
+def test_the_process_duration_metric_is_recorded_with_the_outcome() -> None:
+    reader = InMemoryMetricReader()
+    app = App("sqlite:///unused.db")
+    app.job(name="ok")(lambda: 1)
+
+    @app.job(name="bad")
+    def bad() -> None:
+        raise KeyError("x")
+
+    instrument(app, tracer_provider=TracerProvider(), meter_provider=MeterProvider([reader]))
+    assert app.run_inline("ok") == 1
+    with pytest.raises(KeyError):
+        app.run_inline("bad")
+    data = reader.get_metrics_data()
+    assert data is not None
+    (metric,) = [
+        m
+        for rm in data.resource_metrics
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "messaging.process.duration"
+    ]
+    assert metric.unit == "s"
+    points = {p.attributes.get("error.type"): p for p in metric.data.data_points}
+    assert set(points) == {None, "KeyError"}
+    assert all(p.count == 1 and p.sum >= 0 for p in points.values())
+    assert points[None].attributes["messaging.system"] == "procqueue"

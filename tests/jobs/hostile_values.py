@@ -75,3 +75,88 @@ def bad_progress(cx: Context, kind: str) -> str:
     except TypeError as exc:
         return f"TypeError: {exc}"
     return "accepted"
+
+
+HOP = """
+import os, sys, time
+log = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+end = time.time() + 60
+while time.time() < end:
+    os.write(log, b"%d\\n" % os.getpid())
+    time.sleep(0.001)
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+"""
+"""A chain of processes: each generation logs its pid, forks, leaves its
+session and exits (for a minute at most, should a test's cleanup fail)."""
+
+
+@app.job(max_attempts=1)
+def hop_chain(log: str, then: str) -> str:
+    """Starts a pid-hopping chain that appends to file `log`, then, once it
+    hopped, returns or sleeps until it is ended."""
+    import subprocess
+
+    subprocess.Popen(
+        [sys.executable, "-c", HOP, log], start_new_session=True, stdout=subprocess.DEVNULL
+    )
+    while not os.path.exists(log) or os.path.getsize(log) < 100:
+        time.sleep(0.01)  # a few generations: it has hopped away from the job's tree
+    if then == "sleep":
+        time.sleep(300)
+    return "started"
+
+
+EVIL = "\x1b]0;PWN\x07\x1b[2J\r"
+"""Retitles and clears a terminal, then returns the cursor to overprint a line."""
+
+
+@app.job(max_attempts=1)
+def evil_output(cx: Context) -> str:
+    """Writes control characters to stdout and stderr, and fails with them."""
+    print(EVIL + f"job {cx.id} done", flush=True)
+    print(EVIL + "err", file=sys.stderr, flush=True)
+    cx.progress(EVIL + "progress")
+    raise RuntimeError(EVIL + "boom")
+
+
+@app.job(max_attempts=1)
+def close_output() -> str:
+    """Closes the child's stdout and stderr (fds 1 and 2)."""
+    os.close(1)
+    os.close(2)
+    return "closed"
+
+
+@app.job(max_attempts=1)
+def say(text: str) -> str:
+    print(text, flush=True)
+    print(text + " on stderr", file=sys.stderr, flush=True)
+    return text
+
+
+@app.job(max_attempts=1)
+def huge_error(mb: int) -> None:
+    raise RuntimeError("E" * (mb * 1024 * 1024))
+
+
+def _crash_here() -> None:
+    import ctypes
+
+    ctypes.string_at(0)  # SIGSEGV
+
+
+@app.job(max_attempts=1)
+def segfault() -> None:
+    _crash_here()
+
+
+@app.job(max_attempts=2, backoff={"base": 0.0, "jitter": False})
+def fails(why: str) -> None:
+    raise ValueError(why)
+
+
+@app.job(max_attempts=1)
+def sleeps(seconds: float) -> None:
+    time.sleep(seconds)

@@ -6,6 +6,7 @@ template included, writes to that test's file)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -94,3 +95,10 @@ def fail_once(cx: Context) -> int:
 @app.job(max_attempts=1)
 def segfault() -> None:
     os.kill(os.getpid(), signal.SIGSEGV)
+
+
+@app.job(max_attempts=1)
+async def fetch_async(n: int) -> int:
+    with tracer.start_as_current_span("inside the async job"):
+        await asyncio.sleep(0)
+        return n

@@ -187,7 +187,8 @@ class _Hooks:
             links=links,
             start_time=ended if died.started_at is None else int(died.started_at * 1e9),
         )
-        span.set_status(Status(StatusCode.ERROR, _first_line(died.error) or died.exit_reason))
+        if died.kill != "drain":  # one handed back at shutdown runs again: no error
+            span.set_status(Status(StatusCode.ERROR, _first_line(died.error) or died.exit_reason))
         span.end(end_time=ended)
 
 

@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 
-from procqueue import errors, protocol
+from procqueue import errors, models, protocol
 from procqueue.child import proctree
 
 log = logging.getLogger("procqueue.child")
@@ -78,7 +78,8 @@ class OutputRelay:
             self.dropped += 1
             return
         self._lines += 1
-        text = line[:MAX_LINE].decode("utf-8", "replace")
+        # escaped: a line can't move the cursor to overprint (forge) another
+        text = models.printable(line[:MAX_LINE].decode("utf-8", "replace"))
         log.info("%s %s: %s", tag, self.stream, text, extra={"job_id": job_id})
 
     def _report_dropped(self, tag: str) -> None:
