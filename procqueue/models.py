@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from procqueue import rates
+
 PARENT_RESULTS_MAX = 64 * 1024 * 1024
 """Largest total of a job's dependencies' results handed to it: past it,
 the job fails at its claim (the frame that carries them stays bounded)."""
@@ -153,19 +155,7 @@ class NewJob(msgspec.Struct, frozen=True):
     """How many times it may snooze before a snooze fails it."""
     headers: dict[str, str] = {}
     """What the producer's `around_enqueue` hooks store with it (a trace context...)."""
-    group: str | None = None
-    """Claims rotate across the groups of a queue and priority."""
-    group_limit: int | None = None
-    """At most this many jobs of its group held (running or reserved) at once."""
-    rate_limit: str | None = None
-    """At most N starts of jobs of its name per window (``"N/s"``, ``"N/m"``, ``"N/h"``)."""
-    group_rate: str | None = None
-    """At most N starts of jobs of its group per window."""
-    debounce: float | None = None
-    """With `key`: an enqueue finding the key pending replaces its args and
-    moves its run_at to now + debounce (see `debounce_max`)."""
-    debounce_max: float = 60.0
-    """Seconds after the first enqueue past which debouncing never delays it."""
+    flow: rates.Flow = rates.Flow()
 
 
 class Dependency(msgspec.Struct, frozen=True):
@@ -314,10 +304,8 @@ class QueueInfo(msgspec.Struct, frozen=True):
     limit_by: str | None = None
     """Who set the limit (``operator``, or ``supervise on HOST:PID``)."""
     limit_at: dt.datetime | None = None
-    rate: str | None = None
-    """Queue-wide starts per window (``"100/m"``), None when unlimited."""
-    rate_used: int = 0
-    """Starts counted in the current window of `rate`."""
+    rate: str | None = None  # its start rate ("100/m"; None: none), for flow control
+    rate_used: int = 0  # the starts counted in that rate's current window
 
 
 class BatchState(enum.StrEnum):

@@ -11,13 +11,56 @@ Keys: ``job:NAME`` (the job's `rate_limit`), ``group:G`` (`group_rate`),
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
 
 from procqueue import models, rates
 from procqueue.store import _claim, _dialect, _rows
+
+CANDIDATES = ("job_candidates", "job_group_heads")
+"""What a claim reads: due jobs in claim order, and the least recently served groups' heads."""
+CLAIM_ROUNDS = 3
+"""Reads per claim at most: another only when limits reached within the claim hid work."""
+
+
+def claim(
+    db: _dialect.Dialect,
+    tx: _dialect.Tx,
+    read: tuple[list[Any], bool, dict[str, Any]],
+    *,
+    count: int,
+    start: int | None,
+    now: float,
+    take: Callable[..., list[models.ClaimedJob]],
+) -> tuple[list[models.ClaimedJob], list[str]]:
+    """The jobs a claim of `count` takes, by `take(ids, start=started)`, from
+    `read` (rows, whether due work may lie beyond them, the parameters that
+    read them), and the limits that held back work it would have taken.
+
+    The first `start` taken (None: all) start now. A round whose own picks
+    filled a limit reads again when its read was cut short (the work behind
+    was hidden); one that took nothing names the limits the filters applied.
+    """
+    rows, hidden, params = read
+    claimed: list[models.ClaimedJob] = []
+    throttled: dict[str, None] = {}
+    for _ in range(CLAIM_ROUNDS):
+        left = None if start is None else max(0, start - len(claimed))
+        found, rooms = candidates(db, tx, rows, now)
+        choice = _claim.choose(found, count=count - len(claimed), now=now, rooms=rooms, start=left)
+        throttled.update(dict.fromkeys(choice.throttled))
+        if choice.ids:
+            record(db, tx, choice, now)
+            claimed += take(choice.ids, start=left)
+        if len(claimed) >= count or not choice.throttled or not hidden:
+            break
+        # past the work now spent (its rows are taken)
+        rows, hidden = fetched([tx.execute(q, params) for q in CANDIDATES], params["limit"])
+    if not claimed:
+        throttled.update(dict.fromkeys(held_back(tx, now)))
+    return claimed, list(throttled)
 
 
 def fetched(cursors: Sequence[_dialect.Cursor], limit: int) -> tuple[list[Any], bool]:
@@ -94,15 +137,15 @@ def inserted(
 ) -> None:
     """What an enqueue of `jobs` adds besides their rows: their groups join
     the rotation, and each rate they name becomes their key's rate."""
-    groups = sorted({job.group for job in jobs if job.group is not None})
+    groups = sorted({job.flow.group for job in jobs if job.flow.group is not None})
     if groups:
         tx.execute("flow_group_add", {"groups": db.array(groups)})
     given: dict[str, str] = {}
     for job in jobs:
-        if job.rate_limit is not None:
-            given[f"job:{job.name}"] = job.rate_limit
-        if job.group_rate is not None and job.group is not None:
-            given[f"group:{job.group}"] = job.group_rate
+        if job.flow.rate_limit is not None:
+            given[f"job:{job.name}"] = job.flow.rate_limit
+        if job.flow.group_rate is not None and job.flow.group is not None:
+            given[f"group:{job.flow.group}"] = job.flow.group_rate
     if not given:
         return
     # Written only when it changes: an upsert would lock the key's row for
@@ -121,14 +164,14 @@ def insert_params(job: models.NewJob, now: float) -> dict[str, Any]:
     `debounce` seconds from now (unless given a time), and never later than
     `debounce_max` after this first enqueue."""
     params = _rows.insert_params(job, now)
-    if job.debounce is not None and job.run_at is None:
-        params["run_at"] = now + job.debounce
+    if job.flow.debounce is not None and job.run_at is None:
+        params["run_at"] = now + job.flow.debounce
     params.update(
-        group=job.group,
-        group_limit=job.group_limit,
-        rate_limit=job.rate_limit,
-        group_rate=job.group_rate,
-        debounce_until=None if job.debounce is None else now + job.debounce_max,
+        group=job.flow.group,
+        group_limit=job.flow.group_limit,
+        rate_limit=job.flow.rate_limit,
+        group_rate=job.flow.group_rate,
+        debounce_until=None if job.flow.debounce is None else now + job.flow.debounce_max,
     )
     return params
 
@@ -138,9 +181,9 @@ def debounced(tx: _dialect.Tx, job: models.NewJob, now: float) -> int | None:
     was pending, now holding `job`'s args and run at now + debounce (never
     past its debounce_until); None if that job is not pending (then it is
     never touched)."""
-    if job.debounce is None:
+    if job.flow.debounce is None:
         return None
-    params = {"key": job.key, "args": job.args.decode(), "run_at": now + job.debounce}
+    params = {"key": job.key, "args": job.args.decode(), "run_at": now + job.flow.debounce}
     row = tx.execute("job_debounce", params).fetchone()
     return None if row is None else int(row["id"])
 

@@ -116,7 +116,7 @@ class Rules:
             ]
             self.ended(tx, _deps.add_edges(self._db, tx, new, parents, now), now)
         # a debounced job moved: its new run_at may be sooner than a supervisor's next poll
-        moved = any(job.debounce is not None for job in jobs)
+        moved = any(job.flow.debounce is not None for job in jobs)
         if moved or any(row is not None for row in rows):
             tx.notify()
         return ids

@@ -19,6 +19,7 @@ supervisor that lost its lease can never overwrite the one that took over.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -45,11 +46,6 @@ SET_ROWS = 64
 SET_ROWS² comparisons at worst, never a quadratic time over a whole large batch."""
 
 log = logging.getLogger("procqueue.store")
-
-_CANDIDATES = ("job_candidates", "job_group_heads")
-"""What a claim reads: due jobs in claim order, and the least recently served groups' heads."""
-_CLAIM_ROUNDS = 3
-"""Reads per claim at most: another only when limits reached within the claim hid work."""
 
 
 def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
@@ -238,7 +234,7 @@ class SqlStore(
                     tx.lock("claim")
                     limit = _claim.overfetch(count)
                     params = {"now": now, "queues": wanted, "limit": limit}
-                    found = [tx.execute(q, params) for q in _CANDIDATES]
+                    found = [tx.execute(q, params) for q in _flow.CANDIDATES]
             written = {row["id"] for cursor in recorded for row in cursor.fetchall()}
             rows, hidden = _flow.fetched(found, limit) if count > 0 else ([], False)
             if records:  # `rows` were read before `ended` writes
@@ -246,49 +242,21 @@ class SqlStore(
             lost = [o.id for o in outcomes if o.id not in written]
             if count <= 0:
                 return _claim.Cycle(lost=lost, claimed=[])
-            claimed: list[models.ClaimedJob] = []
-            throttled: dict[str, None] = {}
-            for _ in range(_CLAIM_ROUNDS):
-                left = None if start is None else max(0, start - len(claimed))
-                candidates, rooms = _flow.candidates(self._db, tx, rows, now)
-                choice = _claim.choose(
-                    candidates, count=count - len(claimed), now=now, rooms=rooms, start=left
-                )
-                throttled.update(dict.fromkeys(choice.throttled))
-                if choice.ids:
-                    _flow.record(self._db, tx, choice, now)
-                    claimed += self._take(tx, choice.ids, owner, lease_until, now, left)
-                if len(claimed) >= count or not choice.throttled or not hidden:
-                    break
-                # Limits reached within this round hid the jobs behind them:
-                # read again, past the work now spent (its rows are taken).
-                found = [tx.execute(q, params) for q in _CANDIDATES]
-                rows, hidden = _flow.fetched(found, limit)
-            if not claimed:  # what the candidates' filters held back, named
-                throttled.update(dict.fromkeys(_flow.held_back(tx, now)))
-        return _claim.Cycle(lost=lost, claimed=claimed, throttled=list(throttled))
+            take = functools.partial(self._take, tx, owner=owner, lease_until=lease_until, now=now)
+            read = (rows, hidden, params)
+            claimed, throttled = _flow.claim(
+                self._db, tx, read, count=count, start=start, now=now, take=take
+            )
+        return _claim.Cycle(lost=lost, claimed=claimed, throttled=throttled)
 
-    def _take(
-        self,
-        tx: _dialect.Tx,
-        ids: list[int],
-        owner: str,
-        lease_until: float,
-        now: float,
-        start: int | None,
-    ) -> list[models.ClaimedJob]:
-        """Takes `ids` (the first `start` started, None: all) for `owner`;
-        the jobs claimed in the order of `ids`, less those failed as undecodable."""
-        taken = tx.execute(
-            "job_take",
-            {
-                "ids": self._db.array(ids),
-                "owner": owner,
-                "lease_until": lease_until,
-                "now": now,
-                "started": self._db.array(ids if start is None else ids[:start]),
-            },
-        ).fetchall()
+    def _take(self, tx: _dialect.Tx, ids: list[int], **params: Any) -> list[models.ClaimedJob]:
+        """Takes `ids` for ``params["owner"]`` (the first ``params["start"]``
+        started, None: all) until ``lease_until``; the jobs claimed in the
+        order of `ids`, less those failed as undecodable."""
+        start, now = params.pop("start"), params["now"]
+        started = self._db.array(ids if start is None else ids[:start])
+        params.update(ids=self._db.array(ids), started=started)
+        taken = tx.execute("job_take", params).fetchall()
         claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
         claimed = _deps.with_parents(self._db, tx, claimed, taken, now)
         if len(claimed) < len(taken):  # some failed undecodable: they ended
