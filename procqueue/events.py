@@ -45,6 +45,14 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class Throttled:
+    """A claim left due work behind because of a flow limit: `limit` names
+    it (``rate job:NAME``, ``rate group:G``, ``rate queue:Q``, ``group_limit G``)."""
+
+    limit: str
+
+
+@dataclass(frozen=True, slots=True)
 class Started:
     """An attempt was handed to the child in slot `child`."""
 
@@ -140,6 +148,7 @@ Event = (
     ChildStarted
     | ChildReady
     | Claimed
+    | Throttled
     | Started
     | Progress
     | Killed

@@ -11,6 +11,8 @@ from typing import Any
 
 import msgspec
 
+from procqueue import rates
+
 PARENT_RESULTS_MAX = 64 * 1024 * 1024
 """Largest total of a job's dependencies' results handed to it: past it,
 the job fails at its claim (the frame that carries them stays bounded)."""
@@ -153,6 +155,7 @@ class NewJob(msgspec.Struct, frozen=True):
     """How many times it may snooze before a snooze fails it."""
     headers: dict[str, str] = {}
     """What the producer's `around_enqueue` hooks store with it (a trace context...)."""
+    flow: rates.Flow = rates.Flow()
 
 
 class Dependency(msgspec.Struct, frozen=True):
@@ -301,6 +304,8 @@ class QueueInfo(msgspec.Struct, frozen=True):
     limit_by: str | None = None
     """Who set the limit (``operator``, or ``supervise on HOST:PID``)."""
     limit_at: dt.datetime | None = None
+    rate: str | None = None  # its start rate ("100/m"; None: none), for flow control
+    rate_used: int = 0  # the starts counted in that rate's current window
 
 
 class BatchState(enum.StrEnum):

@@ -21,6 +21,9 @@ PROTOCOL_VERSION = 1
 CHILD_IDS_ENV = "PROCQUEUE_CHILD_IDS"
 """The environment variable that gives a child ``UID:GID`` of the job user
 (``--job-user``): it switches to them before its Hello."""
+FENCE_EXIT = 70
+"""Exit code of a child that ended its job itself because its lease ran out or its
+supervisor was gone: the supervisor names it so in the attempt's exit reason."""
 MAX_FRAME = 256 * 1024 * 1024
 """Largest frame a child accepts: room for 64 MiB of arguments and saved steps."""
 MAX_REPLY = 8 * 1024 * 1024

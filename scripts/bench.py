@@ -3,6 +3,7 @@
 package ``scripts/benchkit`` (its docstring describes the systems, workloads
 and durations).
 
+    python scripts/bench.py --sweep    # each peer's fastest configuration (~10 min quiet)
     python scripts/bench.py            # full run: 3 interleaved repetitions (~25 min)
     python scripts/bench.py --quick    # 1 repetition, smaller counts (< 5 min)
 

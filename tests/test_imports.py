@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "procqueue"
 
 LAYERS: list[tuple[str, set[str]]] = [
-    ("records", {"errors", "clock", "codec", "config", "models", "protocol", "events"}),
+    ("records", {"errors", "clock", "codec", "config", "models", "protocol", "events", "rates"}),
     ("storage", {"store"}),
     ("jobs", {"jobs"}),
     ("producer", {"producer", ""}),  # "": `import procqueue`, what job modules do

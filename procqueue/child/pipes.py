@@ -29,9 +29,6 @@ from procqueue.child import proctree
 PROGRESS_EVERY_S = 0.25
 """At most one progress frame per job per this many seconds; the last value
 always travels with the outcome."""
-FENCE_EXIT = 70
-"""Exit code of a child that ended its job because its lease ran out or its
-supervisor was gone."""
 
 
 def _end_tree_and_exit(why: str) -> None:
@@ -39,7 +36,7 @@ def _end_tree_and_exit(why: str) -> None:
     with contextlib.suppress(OSError):
         os.write(2, f"procqueue child {os.getpid()}: {why}; ending the job\n".encode())
     proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
-    os._exit(FENCE_EXIT)
+    os._exit(protocol.FENCE_EXIT)
 
 
 class StdStreams:

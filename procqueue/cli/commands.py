@@ -277,6 +277,8 @@ def cmd_show(args: argparse.Namespace, app: App) -> int:
     if deps:
         shown = ", ".join(f"#{d.depends_on} ({d.state or 'pruned'})" for d in deps)
         print(f"{'after:':<14}{models.printable(shown)}")
+    for why in [] if args.json or info.state != "pending" else app.waits(info.id):
+        print(f"{'waits:':<14}{models.printable(why)}")
     return 0
 
 

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from procqueue import config, errors, models
+from procqueue import config, errors, models, rates
 from procqueue.cli import batches, render
 from procqueue.cli.commands import (
     LoadError,
@@ -77,6 +77,13 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
 
 DEMO_HELP = "run a self-contained demo on an embedded SQLite file"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def _rate(text: str) -> str:
+    try:
+        return rates.parse_rate(text).text
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("pause", "stop new claims from Q"),
         ("resume", "claim from Q again"),
         ("limit", "set (N) or clear (--clear) Q's cluster-wide limit"),
+        ("rate", "set (N/s, N/m, N/h) or clear (--clear) Q's cluster-wide start rate"),
     ):
         a = actions.add_parser(
             action, help=text, description=text, parents=[common], allow_abbrev=False
@@ -172,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
         if action == "limit":
             a.add_argument("limit", type=render.positive_int, nargs="?", metavar="N")
             a.add_argument("--clear", action="store_true", help="no limit")
+        if action == "rate":
+            a.add_argument("rate", type=_rate, nargs="?", metavar="N/PERIOD")
+            a.add_argument("--clear", action="store_true", help="no rate")
         if action != "resume":
             a.add_argument("--create", action="store_true", help="even if Q has no jobs yet")
 

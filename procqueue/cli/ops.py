@@ -36,6 +36,15 @@ def lists_only(args: argparse.Namespace) -> bool:
     return getattr(args, "action", None) not in ("pause", "resume", "limit")
 
 
+_SAID = {
+    ("limit", True): "queue {q}: limit cleared (no limit; supervisors keep it so)",
+    ("limit", False): "queue {q}: at most {value} running at once, cluster-wide",
+    ("rate", True): "queue {q}: rate cleared (no rate)",
+    ("rate", False): "queue {q}: at most {value} starts, cluster-wide",
+}
+"""What `queues limit` and `queues rate` say, by (action, cleared)."""
+
+
 def cmd_queues(args: argparse.Namespace, app: App) -> int:
     create = bool(getattr(args, "create", False))
     if args.action == "pause":
@@ -46,14 +55,16 @@ def cmd_queues(args: argparse.Namespace, app: App) -> int:
         app.resume(args.queue)
         print(f"queue {args.queue} resumed")
         return 0
-    if args.action == "limit":
-        if args.clear == (args.limit is not None):
-            raise UsageError("queues limit takes either N or --clear")
-        app.set_limit(args.queue, args.limit, create=create)
-        if args.limit is None:
-            print(f"queue {args.queue}: limit cleared (no limit; supervisors keep it so)")
+    if args.action in ("limit", "rate"):
+        value = getattr(args, args.action)
+        if args.clear == (value is not None):
+            wanted = "N" if args.action == "limit" else "N/PERIOD"
+            raise UsageError(f"queues {args.action} takes either {wanted} or --clear")
+        if args.action == "limit":
+            app.set_limit(args.queue, value, create=create)
         else:
-            print(f"queue {args.queue}: at most {args.limit} running at once, cluster-wide")
+            app.set_rate(args.queue, value, create=create)
+        print(_SAID[args.action, value is None].format(q=args.queue, value=value))
         return 0
     queues = app.queues()
     if getattr(args, "json", False):

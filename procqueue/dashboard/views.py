@@ -238,6 +238,8 @@ def queue_view(q: QueueInfo) -> View:
         **{f"url_{s}": f"/{s}?{urlencode({'queue': q.name})}" for s in STATES},
         "limit": "" if q.limit is None else str(q.limit),
         "limit_by": "" if q.limit_by is None else f"{q.limit_by}, {iso(q.limit_at)}".strip(", "),
+        "rate": "" if q.rate is None else q.rate,
+        "rate_used": "" if q.rate is None else f"{q.rate_used} in window",
         "paused": "1" if q.paused else "",
         "active": "" if q.paused else "1",
         "status": "paused" if q.paused else "active",

@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import errors, models
+from procqueue import errors, models, rates
 from procqueue.codec import MAX_DEPTH, Codec, too_deep
 
 MAX_ARGS_BYTES = 64 * 1024 * 1024
@@ -28,6 +28,9 @@ _REGISTER_OPTIONS = frozenset(
         "max_memory",
         "on_failure",
         "max_snoozes",
+        "rate_limit",
+        "group_rate",
+        "group_limit",
     }
 )
 _CALL_OPTIONS = _REGISTER_OPTIONS | {
@@ -37,6 +40,9 @@ _CALL_OPTIONS = _REGISTER_OPTIONS | {
     "serial_key",
     "after",
     "allow_failure",
+    "group",
+    "debounce",
+    "debounce_max",
 }
 
 MAX_AFTER = 10_000
@@ -60,6 +66,20 @@ class JobOptions(msgspec.Struct, frozen=True):
     """Name of the job run once, with this job's JobInfo, after it gives up."""
     max_snoozes: int = 100
     """How many times it may `Snooze`; one more fails it."""
+    rate_limit: str | None = None
+    """Starts of this job per window, ``"N/s"``, ``"N/m"`` or ``"N/h"``, cluster-wide."""
+    group_rate: str | None = None
+    """Starts per window of each group's jobs."""
+    group_limit: int | None = None
+    """Jobs of one group held (running or reserved) at once, cluster-wide."""
+
+
+class Flow(msgspec.Struct, frozen=True):
+    """The per-enqueue flow options (`flow_options`)."""
+
+    group: str | None = None
+    debounce: float | None = None
+    debounce_max: float = 60.0
 
 
 class ParsedOptions(msgspec.Struct, frozen=True):
@@ -70,6 +90,7 @@ class ParsedOptions(msgspec.Struct, frozen=True):
     serial_key: str | None = None
     after: tuple[int, ...] = ()
     allow_failure: bool = False
+    flow: Flow = Flow()
 
 
 _MAX = f"{models.MAX_SECONDS:.0f}"
@@ -144,6 +165,7 @@ def parse_options(
     for ok, message in checks:
         if not ok:
             raise _fail(message, registering)
+    check_flow_defaults(options, registering)
     if options.deadline is not None:
         deadline_at = now + options.deadline
     run_at = None
@@ -163,6 +185,7 @@ def parse_options(
         if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
             raise _fail(f"{name} must be a non-empty string without NUL", registering)
     return ParsedOptions(
+        flow=flow_options(given, registering),
         after=_after(given.get("after"), registering),
         allow_failure=_flag(given.get("allow_failure", False), "allow_failure", registering),
         options=options,
@@ -170,6 +193,46 @@ def parse_options(
         deadline_at=deadline_at,
         key=given.get("key"),
         serial_key=given.get("serial_key"),
+    )
+
+
+def check_flow_defaults(options: JobOptions, registering: bool) -> None:
+    """The flow options a job may register: each rate parses and
+    `group_limit` is from 1 to 2**31-1. Raises as `parse_options`."""
+    for name in ("rate_limit", "group_rate"):
+        value = getattr(options, name)
+        if value is not None:
+            try:
+                rates.parse_rate(value)
+            except ValueError as exc:
+                raise _fail(f"{name}: {exc}", registering) from None
+    if options.group_limit is not None and not 1 <= options.group_limit <= models.INT32[1]:
+        raise _fail(f"group_limit must be from 1 to {models.INT32[1]}", registering)
+
+
+def flow_options(given: dict[str, Any], registering: bool) -> Flow:
+    """`group`, `debounce` and `debounce_max` of one enqueue: a group is a
+    1-200 character string without NUL, debounce seconds are in
+    (0, MAX_SECONDS] and debounce needs a `key`. Raises as `parse_options`."""
+    group = given.get("group")
+    if group is not None and (
+        not isinstance(group, str) or not 0 < len(group) <= 200 or "\x00" in group
+    ):
+        raise _fail("group must be a string of 1-200 characters without NUL", registering)
+    seconds: dict[str, float] = {}
+    for name in ("debounce", "debounce_max"):
+        value = given.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, int | float) or isinstance(value, bool) or not _seconds_ok(value):
+            raise _fail(f"{name} must be > 0 and <= {_MAX} seconds, got {value!r}", registering)
+        seconds[name] = float(value)
+    if "debounce" in seconds and given.get("key") is None:
+        raise _fail("debounce needs a key: it replaces the pending job of that key", registering)
+    return Flow(
+        group=group,
+        debounce=seconds.get("debounce"),
+        debounce_max=seconds.get("debounce_max", 60.0),
     )
 
 

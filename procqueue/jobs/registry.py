@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar, overload
 
-from procqueue import errors, models
+from procqueue import errors, models, rates
 from procqueue.codec import Codec
 from procqueue.jobs import cron
 from procqueue.jobs.context import Context
@@ -335,6 +335,14 @@ class Registry(Mapping[str, Job[Any, Any]]):
             after=list(parsed.after),
             allow_failure=parsed.allow_failure,
             max_snoozes=o.max_snoozes,
+            flow=rates.Flow(
+                group=parsed.flow.group,
+                group_limit=o.group_limit,
+                rate_limit=o.rate_limit,
+                group_rate=o.group_rate,
+                debounce=parsed.flow.debounce,
+                debounce_max=parsed.flow.debounce_max,
+            ),
         )
 
     def failure_handler_job(

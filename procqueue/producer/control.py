@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from procqueue import errors, models
+from procqueue import errors, models, rates
 from procqueue.clock import Clock
 
 if TYPE_CHECKING:
@@ -176,6 +176,24 @@ class Control:
             raise errors.ConfigError(f"a queue limit must be an integer >= 1, got {limit!r}")
         self._known(queue, create)
         self.store.queue_set_limit(queue=queue, limit=limit, by="operator", now=self.clock.now())
+
+    def set_rate(self, queue: str, rate: str | None, *, create: bool = False) -> None:
+        """Sets (None: clears) `queue`'s cluster-wide rate, ``"N/s"``, ``"N/m"``
+        or ``"N/h"`` starts per sliding window (ConfigError for another
+        text; QueueNotFound as for `pause`)."""
+        if rate is not None:
+            try:
+                rates.parse_rate(rate)
+            except ValueError as exc:
+                raise errors.ConfigError(str(exc)) from None
+        self._known(queue, create)
+        self.store.queue_set_rate(queue=queue, rate=rate, now=self.clock.now())
+
+    def waits(self, id: int) -> list[str]:
+        """Why the pending job `id` is not running yet though due: each rate
+        it is throttled by (until when) and its group's limit when reached;
+        empty otherwise."""
+        return self.store.job_waits(id=id, now=self.clock.now())
 
     def _filter(
         self,

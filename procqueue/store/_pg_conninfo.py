@@ -94,6 +94,10 @@ class Bounds(msgspec.Struct, frozen=True):
             ("idle_in_transaction_session_timeout", self.idle_in_transaction),
         )
         gucs = " ".join(f"-c {name}={math.ceil(s * 1000)}" for name, s in settings)
+        # Every statement is short: JIT compiling one (which cost estimates
+        # can trigger, e.g. a claim's on tables without statistics yet) takes
+        # far longer than running it.
+        gucs += " -c jit=off"
         kwargs["options"] = f"{gucs} {params['options']}" if params.get("options") else gucs
         return kwargs
 

@@ -13,7 +13,7 @@ from importlib import resources
 
 from procqueue import errors
 
-SCHEMA_VERSION = 9
+SCHEMA_VERSION = 10
 """The schema version this code writes and reads: the number of the last
 migration of each backend (a test checks both end there)."""
 

@@ -93,7 +93,7 @@ def insert_params(job: models.NewJob, now: float) -> dict[str, Any]:
 
 
 def record_params(o: models.Outcome, now: float, owner: str = "") -> dict[str, Any]:
-    """The ``job_record`` parameters of `o`, fenced by `owner` unless it is ''.
+    """The ``job_record_set`` values of `o`, fenced by `owner` unless it is ''.
 
     Raises:
         errors.StoreRejected: the result is not UTF-8 JSON.

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from procqueue import errors, models
-from procqueue.store import _batch_rows, _deps, _dialect, _rows
+from procqueue.store import _batch_rows, _deps, _dialect, _flow, _rows
 
 log = logging.getLogger("procqueue.store")
 
@@ -99,13 +99,15 @@ class Rules:
         parents = _deps.lock_parents(self._db, tx, jobs)
         if any(job.batch_id is not None for job in jobs):
             check_open(tx, jobs)
-        rows = tx.execute_each("job_insert", [_rows.insert_params(job, now) for job in jobs])
+        rows = tx.execute_each("job_insert", [_flow.insert_params(job, now) for job in jobs])
         ids: list[int] = [
-            tx.execute("job_id_by_key", {"key": job.key}).fetchone()["id"]
-            if row is None
-            else row["id"]
+            row["id"]
+            if row is not None
+            else _flow.debounced(tx, job, now)
+            or tx.execute("job_id_by_key", {"key": job.key}).fetchone()["id"]
             for job, row in zip(jobs, rows, strict=True)
         ]
+        _flow.inserted(self._db, tx, jobs, now)
         if parents:
             new = [
                 (row["id"], job)
@@ -113,7 +115,9 @@ class Rules:
                 if row is not None and job.after
             ]
             self.ended(tx, _deps.add_edges(self._db, tx, new, parents, now), now)
-        if any(row is not None for row in rows):
+        # a debounced job moved: its new run_at may be sooner than a supervisor's next poll
+        moved = any(job.flow.debounce is not None for job in jobs)
+        if moved or any(row is not None for row in rows):
             tx.notify()
         return ids
 

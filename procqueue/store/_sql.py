@@ -19,6 +19,7 @@ supervisor that lost its lease can never overwrite the one that took over.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Any
@@ -32,11 +33,17 @@ from procqueue.store import (
     _claim,
     _deps,
     _dialect,
+    _flow,
     _queries,
     _rows,
     _rules,
     _sql_ops,
 )
+
+SET_ROWS = 64
+"""Most outcomes one ``*_set`` statement writes. The planner cannot count a JSON array's rows
+(it assumes 100), so its join may be a nested loop over them: bounded, that costs
+SET_ROWS² comparisons at worst, never a quadratic time over a whole large batch."""
 
 log = logging.getLogger("procqueue.store")
 
@@ -47,7 +54,13 @@ def _refused(id: int, row: Any, rule: str) -> errors.ProcqueueError:
     return errors.InvalidState(f"job {id} is {row['state']}; {rule}")
 
 
-class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods, _chores.ChoreMethods):
+class SqlStore(
+    _sql_ops.OpsStore,
+    _batches.BatchMethods,
+    _deps.DepMethods,
+    _chores.ChoreMethods,
+    _flow.FlowMethods,
+):
     """A job database over one `Dialect`; thread-safe when the dialect is (both are)."""
 
     def __init__(self, dialect: _dialect.Dialect) -> None:
@@ -200,59 +213,58 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods, _chor
         if not outcomes and count <= 0:
             return _claim.Cycle(lost=[], claimed=[])
         # In id order; a refused value raises here, before any SQL runs.
-        records = [
-            (o.id, _rows.record_params(o, now, owner), _sql_ops.history_params(o, now, owner))
-            for o in sorted(outcomes, key=lambda o: o.id)
-        ]
+        ordered = sorted(outcomes, key=lambda o: o.id)
+        records = [_rows.record_params(o, now, owner) for o in ordered]
+        histories = [h for o in ordered if (h := _sql_ops.history_params(o, now, owner))]
+        fence = {"now": now, "owner": owner}
         wanted = None if queues is None else self._db.array(list(queues))
         with self._db.transaction() as tx:
             with tx.pipeline("job_record_and_claim"):
-                histories = [h for _, _, h in records if h is not None]
-                if histories:  # before the updates, while their fences still hold
-                    tx.execute_each("attempt_record", histories)
-                recorded = tx.execute_each("job_record", [p for _, p, _ in records])
+                # a statement per SET_ROWS outcomes, read after the pipeline; histories
+                # first, while their fences still hold
+                for chunk in _json_rows(histories):
+                    tx.execute("attempt_record_set", {"rows": chunk, **fence})
+                recorded = [
+                    tx.execute("job_record_set", {"rows": chunk, **fence})
+                    for chunk in _json_rows(records)
+                ]
                 if records:
-                    ended = self._rules.ending(tx, [id_ for id_, _, _ in records], now)
+                    ended = self._rules.ending(tx, [o.id for o in ordered], now)
                 if count > 0:
                     tx.lock("claim")
-                    found = tx.execute(
-                        "job_candidates",
-                        {"now": now, "queues": wanted, "limit": _claim.overfetch(count)},
-                    )
-            gone = {id_ for (id_, _, _), row in zip(records, recorded, strict=True) if row is None}
-            candidates = found.fetchall() if count > 0 else []  # read before `ended` writes
-            if records:
+                    limit = _claim.overfetch(count)
+                    params = {"now": now, "queues": wanted, "limit": limit}
+                    found = [tx.execute(q, params) for q in _flow.CANDIDATES]
+            written = {row["id"] for cursor in recorded for row in cursor.fetchall()}
+            rows, hidden = _flow.fetched(found, limit) if count > 0 else ([], False)
+            if records:  # `rows` were read before `ended` writes
                 ended()
-            lost = [o.id for o in outcomes if o.id in gone]
+            lost = [o.id for o in outcomes if o.id not in written]
             if count <= 0:
                 return _claim.Cycle(lost=lost, claimed=[])
-            ids = _claim.choose(
-                (
-                    _claim.Candidate(r["id"], r["queue"], r["serial_key"], r["room"])
-                    for r in candidates
-                ),
-                count=count,
+            take = functools.partial(self._take, tx, owner=owner, lease_until=lease_until, now=now)
+            read = (rows, hidden, params)
+            claimed, throttled = _flow.claim(
+                self._db, tx, read, count=count, start=start, now=now, take=take
             )
-            if not ids:
-                return _claim.Cycle(lost=lost, claimed=[])
-            taken = tx.execute(
-                "job_take",
-                {
-                    "ids": self._db.array(ids),
-                    "owner": owner,
-                    "lease_until": lease_until,
-                    "now": now,
-                    "started": self._db.array(ids if start is None else ids[:start]),
-                },
-            ).fetchall()
-            claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
-            claimed = _deps.with_parents(self._db, tx, claimed, taken, now)
-            if len(claimed) < len(taken):  # some failed undecodable: they ended
-                held = {job.id for job in claimed}
-                self._rules.ended(tx, [r["id"] for r in taken if r["id"] not in held], now)
+        return _claim.Cycle(lost=lost, claimed=claimed, throttled=throttled)
+
+    def _take(self, tx: _dialect.Tx, ids: list[int], **params: Any) -> list[models.ClaimedJob]:
+        """Takes `ids` for ``params["owner"]`` (the first ``params["start"]``
+        started, None: all) until ``lease_until``; the jobs claimed in the
+        order of `ids`, less those failed as undecodable."""
+        start, now = params.pop("start"), params["now"]
+        started = self._db.array(ids if start is None else ids[:start])
+        params.update(ids=self._db.array(ids), started=started)
+        taken = tx.execute("job_take", params).fetchall()
+        claimed = [job for row in taken if (job := self._claimed(tx, row, now)) is not None]
+        claimed = _deps.with_parents(self._db, tx, claimed, taken, now)
+        if len(claimed) < len(taken):  # some failed undecodable: they ended
+            held = {job.id for job in claimed}
+            self._rules.ended(tx, [r["id"] for r in taken if r["id"] not in held], now)
         order = {id_: i for i, id_ in enumerate(ids)}
         claimed.sort(key=lambda c: order[c.id])
-        return _claim.Cycle(lost=lost, claimed=claimed)
+        return claimed
 
     def _claimed(self, tx: _dialect.Tx, row: _rows.Row, now: float) -> models.ClaimedJob | None:
         """The job just taken in `row`, or None after failing it because its
@@ -359,3 +371,17 @@ class SqlStore(_sql_ops.OpsStore, _batches.BatchMethods, _deps.DepMethods, _chor
             rows = tx.execute("job_fail_past_deadline", {"now": now}).fetchall()
             self._rules.ended(tx, [r["id"] for r in rows], now)
         return len(rows)
+
+
+def _json_rows(params: Sequence[dict[str, Any]]) -> list[str]:
+    """Rows of parameters as the JSON arrays ``*_set`` statements read them from, at most
+    `SET_ROWS` an array (the scalars `now` and `owner` are parameters of their own)."""
+    return [
+        msgspec.json.encode(
+            [
+                {k: v for k, v in p.items() if k not in ("now", "owner")}
+                for p in params[i : i + SET_ROWS]
+            ]
+        ).decode()
+        for i in range(0, len(params), SET_ROWS)
+    ]

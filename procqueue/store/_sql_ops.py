@@ -16,7 +16,7 @@ from typing import Any, TypedDict, Unpack
 import msgspec
 
 from procqueue import models
-from procqueue.store import _dialect, _rows, _rules
+from procqueue.store import _dialect, _flow, _rows, _rules
 
 SUPERVISOR_FORGET_S = 86400.0
 """A supervisor row silent this long is deleted (its process is long gone)."""
@@ -25,7 +25,7 @@ _STATES = frozenset(s.value for s in models.JobState)
 
 
 def history_params(o: models.Outcome, now: float, owner: str = "") -> dict[str, Any] | None:
-    """The ``attempt_record`` parameters of `o` (fenced by `owner` unless it is ''),
+    """The ``attempt_record_set`` values of `o` (fenced by `owner` unless it is ''),
     or None when it writes no history."""
     if o.history is None:
         return None
@@ -215,7 +215,7 @@ class OpsStore:
         """Every queue that has jobs or settings, with counts per state."""
         settings = self._db.statement("queue_limits", {}, idempotent=True).rows
         counts = self._db.statement("queue_counts", {"now": now}, idempotent=True).rows
-        return queue_infos(
+        infos = queue_infos(
             settings={
                 name: (limit, paused, by, at)
                 for name, limit, paused, by, at in filter(None, map(_rows.queue_setting, settings))
@@ -223,6 +223,7 @@ class OpsStore:
             counts=filter(None, map(_rows.queue_count, counts)),
             now=now,
         )
+        return _flow.with_rates(infos, _flow.key_rates(self._db, now))
 
     def job_finished_per_minute(self, *, minutes: int, now: float) -> models.Throughput:
         """Done and failed jobs in each of the last `minutes` UTC minutes (the

@@ -194,6 +194,8 @@ class Claims(DbPart):
         started by the claim."""
         room = self.room()
         wall = self.clock.now()
+        for limit in cycle.throttled:
+            self.events.emit(events.Throttled(limit))
         for n, job in enumerate(cycle.claimed):
             waited = max(0.0, wall - job.run_at)
             self.events.emit(events.Claimed(job.id, job.name, job.queue, job.attempt, waited))

@@ -67,6 +67,8 @@ class Maintenance:
             self.pruning = True
             self.pruned = 0
             self.pruned_batches = 0
+            # groups idle for a pruning period leave the claims' rotation
+            self.store.flow_groups_prune(before=now - PRUNE_EVERY_S)
         return woke or bool(swept)
 
     def _rescue_orphans(self, now: float) -> None:

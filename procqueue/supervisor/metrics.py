@@ -61,6 +61,12 @@ class Metrics:
             ["reason"],
             registry=r,
         )
+        self.throttled = Counter(
+            "procqueue_claims_throttled",
+            "Claims that left due work behind for a flow limit (rate or group_limit)",
+            ["limit"],
+            registry=r,
+        )
         self.renewals = Counter("procqueue_lease_renewals", "Lease renewal statements", registry=r)
         self.leases_lost = Counter(
             "procqueue_leases_lost", "Attempts whose lease was lost", registry=r
@@ -79,6 +85,8 @@ class Metrics:
                 return
             self._child(self.finished, event.queue, event.name, event.outcome).inc()
             self._child(self.run_seconds, event.queue, event.name).observe(event.seconds)
+        elif isinstance(event, events.Throttled):
+            self._child(self.throttled, event.limit).inc()
         elif isinstance(event, events.Renewed):
             self.renewals.inc()
         elif isinstance(event, events.ChildDied):

@@ -99,6 +99,8 @@ class Adapter:
 
     bench_dir: Path
     slots: int = 2
+    knobs: dict[str, Any] = field(default_factory=dict)
+    """This run's configuration, one of ``configs`` (empty: the first)."""
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     name: ClassVar[str] = ""
@@ -114,6 +116,28 @@ class Adapter:
     notes: ClassVar[str] = ""
     workloads: ClassVar[tuple[str, ...] | None] = None
     """The shared workloads this system runs; None: all of them."""
+    configs: ClassVar[tuple[dict[str, Any], ...]] = ({},)
+    """The configurations ``--sweep`` tries, each a set of the system's knobs; the
+    first is its 2-slot configuration (the one a run falls back to without a sweep)."""
+
+    def __post_init__(self) -> None:
+        self.knobs = {**self.configs[0], **self.knobs}
+        self.slots = self.knobs.get("workers", self.slots)
+
+    @classmethod
+    def label(cls, knobs: dict[str, Any]) -> str:
+        """The configuration `knobs` in words, as the page names it."""
+        return ", ".join(f"{k} {v}" for k, v in knobs.items()) or "as documented"
+
+    def gates(self) -> int:
+        """How many gate jobs hold all of the workers' capacity for jobs like them."""
+        return self.slots
+
+    @classmethod
+    def on_two_slots(cls, knobs: dict[str, Any]) -> dict[str, Any]:
+        """`knobs` with the number of worker slots set to 2 (the CPU-heavy and crashy
+        workloads are defined for 2 slots on the 2 cores)."""
+        return {**knobs, "workers": 2} if "workers" in knobs else dict(knobs)
 
     # -- lifecycle --------------------------------------------------------
 

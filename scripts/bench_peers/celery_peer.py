@@ -1,14 +1,16 @@
-"""Celery: prefork pool with 2 processes, Redis broker, results off.
+"""Celery: prefork pool, Redis broker, results off.
 
-``celery -A bench_peers.celery_peer worker --pool=prefork --concurrency=2``
+``celery -A bench_peers.celery_peer worker --pool=prefork --concurrency=N``
 (plus ``--without-gossip --without-mingle --without-heartbeat``, which only
-skip cluster chatter at start-up). Default prefetching and acking.
+skip cluster chatter at start-up). Default acking. Configurations swept:
+concurrency 2 and 4, each with the default prefetch (4 per process) and with
+``-O fair`` (a job goes only to a process that is free).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from celery import Celery
 
@@ -28,11 +30,20 @@ TASKS = base.register_jobs(lambda name: app.task(name=name))
 @dataclass
 class CeleryAdapter(base.RedisAdapter):
     name: ClassVar[str] = "celery"
-    title: ClassVar[str] = "Celery (prefork, concurrency 2, Redis broker)"
+    title: ClassVar[str] = "Celery (prefork, Redis broker)"
     packages: ClassVar[tuple[str, ...]] = ("celery", "kombu", "redis")
-    notes: ClassVar[str] = (
-        "results off; default prefetch (4 per process); no batch API: apply_async per job"
+    notes: ClassVar[str] = "results off; no batch API: apply_async per job"
+    configs: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"workers": 2, "fair": False},
+        {"workers": 2, "fair": True},
+        {"workers": 4, "fair": False},
+        {"workers": 4, "fair": True},
     )
+
+    @classmethod
+    def label(cls, knobs: dict[str, Any]) -> str:
+        prefetch = "-O fair" if knobs["fair"] else "default prefetch"
+        return f"--concurrency {knobs['workers']}, {prefetch}"
 
     def start(self) -> None:
         self.spawn(
@@ -49,6 +60,7 @@ class CeleryAdapter(base.RedisAdapter):
                 "--without-gossip",
                 "--without-mingle",
                 "--without-heartbeat",
+                *(["-O", "fair"] if self.knobs["fair"] else []),
             ]
         )
 

@@ -1,22 +1,21 @@
-"""pgqueuer: one worker process with at most 2 concurrent tasks (its fastest set-up
-here), and, for reference, two such processes.
+"""pgqueuer: one worker process, in the configuration a sweep found fastest.
 
-Started as ``python -m bench_peers.pgqueuer_peer --max-concurrent-tasks 2``,
-which calls the documented entrypoint ``pgqueuer.run(factory,
-max_concurrent_tasks=2)`` (what ``pgq run`` does): in pgqueuer 1.6.0 with
-typer 0.29 ``pgq run`` itself fails at start ("'str' object has no
-attribute 'name'" from its --log-level parser). One asyncio process on an
-asyncpg connection (the documented set-up).
+Started as ``python -m bench_peers.pgqueuer_peer --batch-size B
+--max-concurrent-tasks N`` (N 0: unbounded), which calls the documented
+entrypoint ``pgqueuer.run(factory, batch_size=B, max_concurrent_tasks=N)``
+(what ``pgq run`` does): in pgqueuer 1.6.0 with typer 0.29 ``pgq run`` itself
+fails at start ("'str' object has no attribute 'name'" from its --log-level
+parser). One asyncio process on an asyncpg connection (the documented set-up).
 pgqueuer entrypoints must be async: the blocking bodies (gate, cpu) run
 through ``asyncio.to_thread`` as its docs advise; the no-op and crashy
 bodies (a few microseconds) are called directly on the event loop, which is
 the fastest way pgqueuer can run them.
 
-``pgqueuer-2p`` runs two of those processes. pgqueuer refuses
-``max_concurrent_tasks`` below twice its batch size (at least 1), so each
-process keeps 2 tasks in flight: 4 slots in all, and 4 gate jobs hold them.
-It runs only the no-op drain and the latency workloads (on 2 cores its 4
-slots would make the CPU-heavy ideal meaningless).
+Configurations swept: its defaults (unbounded concurrency, batch size 10),
+batch sizes 50 and 200, and the 2-slot one (``max_concurrent_tasks=2``, which
+pgqueuer allows only with batch size 1: it requires at least twice the batch).
+Unbounded, the 2 gate jobs hold 2 threads while the event loop keeps taking
+jobs; the CPU-heavy jobs then all run at once in threads of one process.
 """
 
 from __future__ import annotations
@@ -76,22 +75,25 @@ async def create() -> AsyncIterator[Any]:
 @dataclass
 class PgqueuerAdapter(base.PgSchemaAdapter):
     name: ClassVar[str] = "pgqueuer"
-    title: ClassVar[str] = "pgqueuer (pgqueuer.run, max_concurrent_tasks=2, PostgreSQL)"
+    title: ClassVar[str] = "pgqueuer (pgqueuer.run, one process, PostgreSQL)"
     schema: ClassVar[str] = SCHEMA
     packages: ClassVar[tuple[str, ...]] = ("pgqueuer", "asyncpg", "psycopg")
     batch_api: ClassVar[str | None] = "SyncQueries.enqueue(lists)"
-    notes: ClassVar[str] = (
-        "one asyncio process; async entrypoints (gate/cpu via asyncio.to_thread); "
-        "batch size 1 (it requires max_concurrent_tasks >= 2 x batch size)"
+    notes: ClassVar[str] = "one asyncio process; async entrypoints (gate/cpu via asyncio.to_thread)"
+    configs: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"max_concurrent_tasks": 2, "batch_size": 1},
+        {"max_concurrent_tasks": None, "batch_size": 10},
+        {"max_concurrent_tasks": None, "batch_size": 50},
+        {"max_concurrent_tasks": None, "batch_size": 200},
     )
-    processes: ClassVar[int] = 1
     _conn: Any = None
     _queries: Any = None
 
-    def __post_init__(self) -> None:
-        # each process takes max_concurrent_tasks = 2 x batch size (>= 2) jobs at most
-        self.per_process = max(2, self.slots // self.processes)
-        self.slots = self.per_process * self.processes
+    @classmethod
+    def label(cls, knobs: dict[str, Any]) -> str:
+        tasks = knobs["max_concurrent_tasks"]
+        cap = f"max_concurrent_tasks={tasks}" if tasks else "unbounded concurrency"
+        return f"{cap}, batch_size={knobs['batch_size']}"
 
     def env(self) -> dict[str, str]:
         return dict(super().env(), PGQUEUER_SCHEMA=SCHEMA)
@@ -106,16 +108,17 @@ class PgqueuerAdapter(base.PgSchemaAdapter):
         )
 
     def start(self) -> None:
-        for _ in range(self.processes):
-            self.spawn(
-                [
-                    sys.executable,
-                    "-m",
-                    "bench_peers.pgqueuer_peer",
-                    "--max-concurrent-tasks",
-                    str(self.per_process),
-                ]
-            )
+        self.spawn(
+            [
+                sys.executable,
+                "-m",
+                "bench_peers.pgqueuer_peer",
+                "--max-concurrent-tasks",
+                str(self.knobs["max_concurrent_tasks"] or 0),
+                "--batch-size",
+                str(self.knobs["batch_size"]),
+            ]
+        )
 
     @property
     def queries(self) -> Any:
@@ -144,30 +147,21 @@ class PgqueuerAdapter(base.PgSchemaAdapter):
         self._conn = self._queries = None
 
 
-@dataclass
-class Pgqueuer2pAdapter(PgqueuerAdapter):
-    name: ClassVar[str] = "pgqueuer-2p"
-    title: ClassVar[str] = "pgqueuer (2 processes, max_concurrent_tasks=2 each, PostgreSQL)"
-    processes: ClassVar[int] = 2
-    workloads: ClassVar[tuple[str, ...] | None] = ("throughput_noop", "latency")
-    notes: ClassVar[str] = (
-        "two asyncio processes of 2 tasks each (pgqueuer's minimum at batch size 1): "
-        "4 slots, held by 4 gate jobs; no-op drain and latency only"
-    )
-
-
 def _main() -> None:
     import argparse
 
     import pgqueuer
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--max-concurrent-tasks", type=int, default=2)
+    parser.add_argument("--max-concurrent-tasks", type=int, default=0, help="0: unbounded")
+    parser.add_argument("--batch-size", type=int, default=10)
     args = parser.parse_args()
-    # pgqueuer requires max_concurrent_tasks >= 2 x batch_size
-    batch_size = max(1, args.max_concurrent_tasks // 2)
     asyncio.run(
-        pgqueuer.run(create, max_concurrent_tasks=args.max_concurrent_tasks, batch_size=batch_size)
+        pgqueuer.run(
+            create,
+            max_concurrent_tasks=args.max_concurrent_tasks or None,
+            batch_size=args.batch_size,
+        )
     )
 
 

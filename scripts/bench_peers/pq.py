@@ -8,8 +8,9 @@ a retry.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import bench_jobs
 
@@ -38,6 +39,8 @@ class _Procqueue(base.Adapter):
     batch_api: ClassVar[str | None] = "app.enqueue_many"
     supervise_args: list[str] = field(default_factory=list)
     """More ``procqueue supervise`` options, e.g. ``["--max-jobs-per-child", "1"]``."""
+    counted: bool = False
+    """Run the supervisor under ``benchkit.counted`` (statement, commit and frame counts)."""
     _client: App | None = None
 
     @property
@@ -50,9 +53,18 @@ class _Procqueue(base.Adapter):
             self._client = app.using(self.dsn)
         return self._client
 
+    @classmethod
+    def label(cls, knobs: dict[str, Any]) -> str:
+        return f"supervise --workers 2 --poll {POLL_S}"
+
     def start(self) -> None:
+        command = (
+            [sys.executable, "-m", "benchkit.counted"]
+            if self.counted
+            else [base.bin_path("procqueue")]
+        )
         argv = [
-            base.bin_path("procqueue"),
+            *command,
             "supervise",
             "bench_peers.pq:app",
             "--dsn",
@@ -67,7 +79,7 @@ class _Procqueue(base.Adapter):
             "5",
             *self.supervise_args,
         ]
-        self.spawn(argv)
+        self.spawn(argv, env=dict(self.env(), BENCH_COUNTS=str(self.bench_dir / "counts.json")))
 
     def main_pid(self) -> int | None:
         return self.procs[0].pid if self.procs else None

@@ -1,4 +1,6 @@
-"""procrastinate: ``procrastinate worker --concurrency 2`` on PostgreSQL.
+"""procrastinate: ``procrastinate worker --concurrency N`` on PostgreSQL.
+
+Configurations swept: concurrency 2, 10 and 50.
 
 Its worker is one asyncio process: synchronous tasks run in threads of that
 process (so CPU-bound jobs share one GIL, and a segfault ends the worker).
@@ -6,9 +8,10 @@ process (so CPU-bound jobs share one GIL, and a segfault ends the worker).
 
 from __future__ import annotations
 
+import os
 import subprocess
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import procrastinate
 
@@ -26,11 +29,25 @@ TASKS = base.register_jobs(lambda name: app.task(name=name))
 @dataclass
 class ProcrastinateAdapter(base.PgSchemaAdapter):
     name: ClassVar[str] = "procrastinate"
-    title: ClassVar[str] = "procrastinate (worker --concurrency 2, PostgreSQL)"
+    title: ClassVar[str] = "procrastinate (worker, PostgreSQL)"
     schema: ClassVar[str] = SCHEMA
     packages: ClassVar[tuple[str, ...]] = ("procrastinate", "psycopg")
     batch_api: ClassVar[str | None] = "Task.batch_defer"
     notes: ClassVar[str] = "one asyncio process; sync jobs run in its threads"
+    configs: ClassVar[tuple[dict[str, Any], ...]] = (
+        {"workers": 2},
+        {"workers": 10},
+        {"workers": 50},
+    )
+
+    @classmethod
+    def label(cls, knobs: dict[str, Any]) -> str:
+        return f"--concurrency {knobs['workers']}"
+
+    def gates(self) -> int:
+        # sync jobs run in the event loop's default executor: min(32, cores + 4) threads
+        return min(self.slots, 32, (os.cpu_count() or 1) + 4)
+
     _open: bool = False
 
     def setup(self) -> None:

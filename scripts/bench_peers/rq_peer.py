@@ -1,4 +1,6 @@
-"""RQ: ``rq worker-pool -n 2`` (each worker forks a work horse per job), Redis.
+"""RQ: ``rq worker-pool -n N`` (each worker forks a work horse per job), Redis.
+
+Configurations swept: 2 and 4 workers.
 
 Jobs are the plain functions of ``bench_jobs``, referenced by import path.
 The workers load this module as their settings (``-c bench_peers.rq_peer``),
@@ -23,10 +25,16 @@ FUNCS = base.SHARED_JOBS
 @dataclass
 class RqAdapter(base.RedisAdapter):
     name: ClassVar[str] = "rq"
-    title: ClassVar[str] = "RQ (worker-pool -n 2, fork per job, Redis)"
+    title: ClassVar[str] = "RQ (worker-pool, fork per job, Redis)"
     packages: ClassVar[tuple[str, ...]] = ("rq", "redis")
     batch_api: ClassVar[str | None] = "Queue.enqueue_many"
     notes: ClassVar[str] = "default Worker class: a forked work horse per job"
+    configs: ClassVar[tuple[dict[str, Any], ...]] = ({"workers": 2}, {"workers": 4})
+
+    @classmethod
+    def label(cls, knobs: dict[str, Any]) -> str:
+        return f"-n {knobs['workers']}"
+
     _queue: Any = None
 
     @property

@@ -9,16 +9,20 @@
         --md /tmp/b.md --img-dir /tmp/b-img
 
 Systems: procqueue on PostgreSQL and on SQLite (a ``procqueue supervise``
-process with 2 children), pgqueuer in one process (its fastest set-up) and in
-two (``pgqueuer-2p``: no-op drain and latency only), procrastinate, Celery,
-RQ, Huey on Redis and Huey on PostgreSQL (its SQL storage). Shared workloads,
+process with 2 children), pgqueuer, procrastinate, Celery, RQ, Huey on Redis
+and Huey on PostgreSQL (Huey 3's ``PostgresHuey``), each peer in the
+configuration ``--sweep`` found fastest for the no-op drain (read from
+docs/benchmarks-sweep.json), with its 2-slot configuration as an extra
+``-2slot`` row (no-op drain and latency only) where that is another. Shared workloads,
 each run for every system in every repetition: ``throughput_noop`` (gate-held
 no-op drain; procqueue's supervisor CPU per job), ``latency`` (enqueue → start
 into an idle system), ``cpu_heavy`` (40 x 50 ms on 2 slots, against nominal
 time and the jobs' own CPU time) and ``crashy`` (2% segfaults).
 
 procqueue-only parts (``--extras``), once each after the repetitions:
-``scaling`` (1-8 children), ``backlog`` (100,000 pending at start),
+``cost`` (per job: statements, commits, round trips, WAL, CPU by thread, of the
+children and of the PostgreSQL backends; drained and at idle), ``scaling`` (1-8
+children), ``backlog`` (100,000 pending at start),
 ``pending`` (10, 100, 1,000 jobs pending per child: supervisor CPU per job and
 RSS), ``storm`` (a job calling ``cx.progress()`` in a tight loop: the
 supervisor's CPU as % of a core and other jobs' latency meanwhile),

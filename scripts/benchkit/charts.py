@@ -55,7 +55,12 @@ def write_charts(result: dict[str, Any], img_dir: Path) -> list[Path]:
         ax.grid(axis="x", which="both", alpha=0.3)
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.2))
-    bars(axes[0], "throughput_noop", "drain_jobs_s", "No-op drain (2 worker slots; pgqueuer-2p 4)")
+    bars(
+        axes[0],
+        "throughput_noop",
+        "drain_jobs_s",
+        "No-op drain (each peer at its fastest; -2slot: 2 workers)",
+    )
     bars(axes[1], "crashy", "drain_jobs_s", "Crashy drain: 2% of jobs segfault")
     fig.suptitle(f"Throughput — {subtitle}", fontsize=10)
     fig.tight_layout()

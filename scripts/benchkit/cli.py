@@ -15,7 +15,17 @@ from benchkit.charts import write_charts
 from benchkit.environment import ensure_services, ensure_venv, export_revision
 from benchkit.report import render_markdown
 from benchkit.run import run_all
-from benchkit.settings import DEFAULT_VENV, EXTRAS, ROOT, SCRIPTS, SYSTEMS, WORKLOADS, say
+from benchkit.settings import (
+    CPU_JOB_S,
+    DEFAULT_VENV,
+    EXTRAS,
+    ROOT,
+    SCRIPTS,
+    SYSTEMS,
+    WORKLOADS,
+    say,
+)
+from benchkit.sweep import run_sweep
 
 DESCRIPTION = "procqueue against its peers, side by side in one run."
 
@@ -31,6 +41,12 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(EXTRAS),
         help="comma-separated procqueue-only parts to run (empty: none); default all: "
         + ",".join(EXTRAS),
+    )
+    parser.add_argument(
+        "--scale-rows",
+        type=int,
+        metavar="N",
+        help="pending and finished rows of the scale extra (default 1,000,000; 20,000 quick)",
     )
     parser.add_argument("--no-scaling", action="store_true", help="skip scaling and backlog")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")
@@ -59,6 +75,17 @@ def main(argv: list[str] | None = None) -> int:
         "--render",
         metavar="JSON",
         help="only rewrite the markdown and charts from a results file of an earlier run",
+    )
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="find each peer's fastest configuration (short no-op drains of every one) and "
+        "write them to --sweep-json; a later run uses the winners",
+    )
+    parser.add_argument(
+        "--sweep-json",
+        default=str(ROOT / "docs" / "benchmarks-sweep.json"),
+        help="where --sweep writes the configurations and a run reads them",
     )
     parser.add_argument("--in-venv", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -104,6 +131,16 @@ def main(argv: list[str] | None = None) -> int:
         while os.getloadavg()[0] >= 1.0 and time.monotonic() < give_up:
             say(f"bench: waiting for a quiet machine (load average {os.getloadavg()[0]:.2f})")
             time.sleep(15)
+    if args.sweep:
+        import bench_jobs
+
+        sweep = run_sweep(
+            args, args.systems, bench_jobs.calibrate(CPU_JOB_S), Path(args.sweep_json)
+        )
+        for system, knobs in sweep["winners"].items():
+            say(f"  fastest {system:<14} {knobs}")
+        say(f"bench: wrote {args.sweep_json} in {sweep['elapsed_s']:.0f} s")
+        return 0
     result = run_all(args)
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n")

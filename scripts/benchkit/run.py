@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchkit.cost import run_cost
 from benchkit.environment import git_revision, machine, user_argv, versions, wait_for_services
 from benchkit.extras import (
     run_backlog,
@@ -24,6 +26,7 @@ from benchkit.extras import (
 )
 from benchkit.formatting import fmt
 from benchkit.measurement import summarize
+from benchkit.scale import run_scale
 from benchkit.settings import (
     CPU_JOB_S,
     FRESH_CHILD_SYSTEMS,
@@ -35,8 +38,35 @@ from benchkit.settings import (
     Sizes,
     say,
 )
+from benchkit.sweep import config_medians, configurations, winners
 from benchkit.targets import evaluate_targets
-from benchkit.workloads import adapter_classes, describe, run_one
+from benchkit.workloads import TWO_SLOT, adapter_classes, describe, run_one
+
+TWO_SLOT_WORKLOADS = ("throughput_noop", "latency")
+"""What a peer's extra 2-slot row runs."""
+ON_TWO_SLOTS = ("cpu_heavy", "crashy")
+"""The workloads defined for 2 slots: a peer runs them in its configuration with 2 workers."""
+
+
+def plan(
+    systems: list[str], classes: dict[str, Any], sweep: dict[str, Any] | None
+) -> dict[str, dict[str, Any]]:
+    """Each system of the run with its configuration: a peer in the one its sweep found
+    fastest (its first, 2-slot one without a sweep), followed by a ``-2slot`` row in its
+    2-slot configuration when that is another."""
+    fastest = winners(sweep["runs"]) if sweep else {}
+    out: dict[str, dict[str, Any]] = {}
+    for name in systems:
+        cls = classes[name]
+        knobs = fastest.get(name, cls.configs[0])
+        out[name] = {"cls": cls, "knobs": knobs, "workloads": cls.workloads}
+        if name not in PQ_SYSTEMS and knobs != cls.configs[0]:
+            out[name + TWO_SLOT] = {
+                "cls": cls,
+                "knobs": cls.configs[0],
+                "workloads": TWO_SLOT_WORKLOADS,
+            }
+    return out
 
 
 def run_all(args: argparse.Namespace) -> dict[str, Any]:
@@ -46,6 +76,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     systems = [s for s in SYSTEMS if s in args.systems]
     workloads = [w for w in WORKLOADS if w in args.workloads]
     classes = adapter_classes(set(systems) | set(PQ_SYSTEMS))
+    sweep = configurations(Path(args.sweep_json))
+    planned = plan(systems, classes, sweep)
     work_dir = Path(args.work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)
 
@@ -61,11 +93,15 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     runs: list[dict[str, Any]] = []
     for rep in range(1, sizes.reps + 1):
         for workload in workloads:
-            order = systems[rep - 1 :] + systems[: rep - 1]  # rotate: no fixed position
+            names = list(planned)
+            order = names[rep - 1 :] + names[: rep - 1]  # rotate: no fixed position
             for name in order:
-                if classes[name].workloads is not None and workload not in classes[name].workloads:
+                cls, knobs, only = (planned[name][k] for k in ("cls", "knobs", "workloads"))
+                if only is not None and workload not in only:
                     continue
-                r = run_one(name, classes[name], workload, rep, work_dir, sizes, n_iter)
+                if workload in ON_TWO_SLOTS:
+                    knobs = cls.on_two_slots(knobs)
+                r = run_one(name, cls, workload, rep, work_dir, sizes, n_iter, knobs)
                 if r.get("status") == "error":
                     # e.g. the database restarted under us (this machine is shared): once more
                     say(
@@ -74,7 +110,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     wait_for_services()
                     first_error = r["error"]
-                    r = run_one(name, classes[name], workload, rep, work_dir, sizes, n_iter)
+                    r = run_one(name, cls, workload, rep, work_dir, sizes, n_iter, knobs)
                     r["retried_after"] = first_error
                 runs.append(r)
                 say(
@@ -90,6 +126,27 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     fresh: list[dict[str, Any]] = []
     pq_systems = [s for s in PQ_SYSTEMS if s in systems]
     extras = args.extras
+    costs: list[dict[str, Any]] = []
+    scale: list[dict[str, Any]] = []
+    if "scale" in extras and "procqueue-pg" in pq_systems:
+        rows = args.scale_rows or (1_000_000 if sizes.reps > 1 else 20_000)
+        scale = run_scale("procqueue-pg", classes["procqueue-pg"], work_dir, sizes, rows)
+        for r in scale:
+            say(
+                f"[scale] {r['case']:<9} {r['rows']:>9,} rows: "
+                + (
+                    f"drain {r['drain_jobs_s']:,.0f} jobs/s, supervisor "
+                    f"{r['supervisor_cpu_us_per_job']:.0f} us/job, claim query "
+                    f"{r['plan_ms']} ms, index-driven {r['index_driven']}"
+                    if r.get("status") != "error"
+                    else f"ERROR {r.get('error')}"
+                )
+            )
+    if "cost" in extras:
+        for name in pq_systems:
+            r = run_cost(name, classes[name], work_dir, sizes)
+            costs.append(r)
+            say(f"[cost] {name:<17} {json.dumps(r, default=str)[:600]}")
     if "scaling" in extras:
         for name in pq_systems:
             for workers in sizes.scaling_workers:
@@ -203,14 +260,28 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "machine": machine(),
         "systems": {
             name: {
-                "title": classes[name].title,
-                "store": classes[name].store,
-                "batch_api": classes[name].batch_api,
-                "notes": classes[name].notes,
+                "title": p["cls"].title,
+                "store": p["cls"].store,
+                "batch_api": p["cls"].batch_api,
+                "notes": p["cls"].notes,
+                "knobs": p["knobs"],
+                "config": p["cls"].label(p["knobs"]),
+                "config_two_slots": p["cls"].label(p["cls"].on_two_slots(p["knobs"])),
             }
-            for name in systems
+            for name, p in planned.items()
+        },
+        "sweep": sweep
+        and {
+            "generated": sweep["generated"],
+            "elapsed_s": sweep["elapsed_s"],
+            "noop_jobs": sweep["sizes"]["noop_jobs"],
+            "reps": sweep["sizes"]["reps"],
+            "configs": config_medians(sweep["runs"]),
+            "winners": winners(sweep["runs"]),
         },
         "runs": runs,
+        "cost": costs,
+        "scale": scale,
         "scaling": scaling,
         "backlog": backlog,
         "pending": pending,
@@ -220,6 +291,6 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "profiles": profiles,
         "elapsed_s": round(time.monotonic() - began, 1),
     }
-    result["summary"] = summarize(runs, systems)
+    result["summary"] = summarize(runs, list(planned))
     result["targets"] = evaluate_targets(result)
     return result

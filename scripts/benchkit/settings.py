@@ -16,8 +16,6 @@ PEER_REQUIREMENTS = [
     "celery[redis]",
     "rq",
     "huey",
-    "peewee",
-    "psycopg2-binary",
     "redis",
     "matplotlib>=3.8",
     "py-spy",
@@ -33,7 +31,6 @@ SYSTEMS = (
     "procqueue-pg",
     "procqueue-sqlite",
     "pgqueuer",
-    "pgqueuer-2p",
     "procrastinate",
     "celery",
     "rq",
@@ -41,7 +38,17 @@ SYSTEMS = (
     "huey-pg",
 )
 PQ_SYSTEMS = ("procqueue-pg", "procqueue-sqlite")
-EXTRAS = ("scaling", "backlog", "pending", "storm", "long_jobs", "fresh_child", "profile")
+EXTRAS = (
+    "cost",
+    "scale",
+    "scaling",
+    "backlog",
+    "pending",
+    "storm",
+    "long_jobs",
+    "fresh_child",
+    "profile",
+)
 """The procqueue-only parts, run once each after the repetitions (``--extras``)."""
 FRESH_CHILD_SYSTEMS = ("procqueue-sqlite",)
 CPU_JOB_S = 0.050

@@ -15,9 +15,10 @@ def median_of(summary: dict[str, Any], workload: str, system: str, key: str) -> 
 def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     """Every goal with its measured value and verdict (met: True/False, None: not measured).
 
-    ``source`` is ``issue 13`` for the goals of the speed issue, ``earlier`` for
-    targets of earlier issues that it did not replace, ``reference`` for figures
-    with a stated goal that is not yet expected to hold."""
+    ``source`` is ``issue 20`` for the goals of the speed issue measured against every
+    peer at its fastest, ``earlier`` for targets of earlier issues that it did not
+    replace, ``reference`` for figures with a stated goal that is not yet expected to
+    hold. A goal not met names the cost table's figures that bound it."""
     s = result["summary"]
     ratios = s["ratios"]
     runs = result["runs"]
@@ -61,31 +62,133 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             source,
         )
 
-    drain_ratio("procqueue-pg", "pgqueuer", 1.0, "PostgreSQL", "issue 13", "pgqueuer (one process)")
-    drain_ratio(
-        "procqueue-pg", "huey-pg", 1.5, "PostgreSQL", "issue 13", "Huey on PostgreSQL (huey-pg)"
+    cost = {c["system"]: c for c in result.get("cost", []) if c.get("status") == "ok"}
+
+    def bound(system: str, phase: str, keys: tuple[str, ...]) -> str:
+        """The cost table's figures that bound a goal not met (empty without the table)."""
+        row = cost.get(system, {}).get(phase)
+        if not row:
+            return ""
+        shown = [
+            f"{k} {row[k]:,.2f}" if row[k] < 10 else f"{k} {row[k]:,.0f}"
+            for k in keys
+            if row.get(k) is not None
+        ]
+        where = "drained" if phase == "drain" else "idle"
+        return f"; bound (cost table, {system} {where}, per job): " + ", ".join(shown)
+
+    drain_keys = (
+        "round trips",
+        "statements",
+        "commits",
+        "supervisor main loop µs",
+        "supervisor database thread µs",
+        "PostgreSQL backends µs",
     )
+    for peer, goal, label in (
+        ("pgqueuer", 1.0, "pgqueuer at its fastest"),
+        ("huey-pg", 2.0, "Huey on PostgreSQL at its fastest"),
+    ):
+        before = len(targets)
+        drain_ratio("procqueue-pg", peer, goal, "PostgreSQL", "issue 20", label)
+        if targets[before:] and targets[-1]["met"] is False:
+            targets[-1]["detail"] += bound("procqueue-pg", "drain", drain_keys)
+    before = len(targets)
     drain_ratio(
-        "procqueue-sqlite", "huey-redis", 2.0, "SQLite", "issue 13", "Huey on Redis (huey-redis)"
+        "procqueue-sqlite", "huey-redis", 2.0, "SQLite", "issue 20", "Huey on Redis at its fastest"
     )
-    for system, limit in (("procqueue-pg", 1.5), ("procqueue-sqlite", 1.0)):
+    if targets[before:] and targets[-1]["met"] is False:
+        targets[-1]["detail"] += bound(
+            "procqueue-sqlite", "drain", ("statements", "transactions", "supervisor µs")
+        )
+    pg_peers = [n for n, info in result["systems"].items() if info["store"] == "postgres"]
+    for system, peers in (
+        ("procqueue-pg", [p for p in pg_peers if p not in PQ_SYSTEMS]),
+        ("procqueue-sqlite", ["huey-redis"]),
+    ):
         v = median_of(s, "latency", system, "p50_ms")
+        theirs = [(median_of(s, "latency", p, "p50_ms"), p) for p in peers]
+        rated = [(x, p) for x, p in theirs if x is not None]
+        best = min(rated, default=None)
+        met = None if v is None or best is None else v <= best[0]
+        detail = (
+            f"{v or 0:.2f} ms vs {best[0]:.2f} ms ({best[1]}), enqueue call to job start, one job "
+            "at a time, medians over repetitions"
+            if best
+            else "not measured"
+        )
+        if met is False:
+            detail += bound(
+                system,
+                "idle",
+                ("round trips", "statements", "commits", "transactions", "supervisor µs"),
+            )
         add(
-            f"enqueue → start p50 <= {limit} ms while idle ({system})",
+            f"enqueue → start p50 at idle ({system}) <= the best "
+            + ("PostgreSQL peer's" if system == "procqueue-pg" else "Huey on Redis's"),
             v and round(v, 2),
-            None if v is None else v <= limit,
-            "enqueue call to job start, one job at a time, median over repetitions",
-            "issue 13",
+            met,
+            detail,
+            "issue 20",
+        )
+    isolating = ("celery", "huey-redis", "huey-pg")
+    for system in PQ_SYSTEMS:
+        v = median_of(s, "cpu_heavy", system, "wall_over_job_cpu")
+        job = median_of(s, "cpu_heavy", system, "mean_job_cpu_ms")
+        detail = (
+            f"{result['sizes']['cpu_jobs']} jobs of ~{job or 0:.0f} ms CPU over 2 children; "
+            "wall = first enqueue → last end"
+        )
+        if v is not None and v > 1.05:
+            detail += bound(
+                system,
+                "idle",
+                ("supervisor µs", "PostgreSQL backends µs", "commits", "transactions"),
+            )
+        add(
+            f"CPU-heavy batch wall <= 1.05x the jobs' CPU time / children ({system})",
+            v and round(v, 3),
+            None if v is None else v <= 1.05,
+            detail,
+            "issue 20",
+        )
+        peers = [
+            (median_of(s, "cpu_heavy", p, "wall_over_job_cpu"), p)
+            for p in isolating
+            if p in result["systems"]
+        ]
+        lower = [f"{p} {x:.3f}" for x, p in peers if x is not None and v is not None and x < v]
+        add(
+            f"CPU-heavy batch: no isolating peer (Celery, Huey) lower than {system}",
+            v and round(v, 3),
+            None if v is None or not peers else not lower,
+            "lower: " + ", ".join(lower) if lower else "same run, wall / job CPU",
+            "issue 20",
         )
     for system in PQ_SYSTEMS:
         v = median_of(s, "throughput_noop", system, "supervisor_cpu_us_per_job")
+        detail = "utime+stime of the supervisor process alone over the no-op drain"
+        if v is not None and v > 60:
+            detail += bound(
+                system,
+                "drain",
+                ("supervisor main loop µs", "supervisor database thread µs", "statements"),
+            )
         add(
-            f"supervisor CPU <= 100 µs per no-op job ({system})",
+            f"supervisor CPU <= 60 µs per no-op job ({system})",
             v and round(v),
-            None if v is None else v <= 100,
-            "utime+stime of the supervisor process alone over the no-op drain",
-            "issue 13",
+            None if v is None else v <= 60,
+            detail,
+            "issue 20",
         )
+    add(
+        "nothing given up: fault tests and the chaos run hold; no claim committed asynchronously",
+        None,
+        None,
+        "not measured by this benchmark: the test suite (tests/supervisor, tests/store) and "
+        "scripts/chaos.py",
+        "issue 20",
+    )
     for st in result.get("storm", []):
         v = st.get("storm_cost_pct")
         ok = st.get("status") != "error" and v is not None
@@ -98,18 +201,7 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             f"{st['progress_calls_per_s'] or 0:,.0f} progress calls/s"
             if ok
             else f"not measured: {st.get('error', st.get('status'))}",
-            "issue 13",
-        )
-    for system in PQ_SYSTEMS:
-        v = median_of(s, "cpu_heavy", system, "wall_over_job_cpu")
-        job = median_of(s, "cpu_heavy", system, "mean_job_cpu_ms")
-        add(
-            f"CPU-heavy batch wall <= 1.05x the jobs' CPU time / children ({system})",
-            v and round(v, 3),
-            None if v is None else v <= 1.05,
-            f"{result['sizes']['cpu_jobs']} jobs of ~{job or 0:.0f} ms CPU over 2 children; "
-            "wall = first enqueue → last end",
-            "issue 13",
+            "earlier",
         )
     for r in result.get("fresh_child", []):
         v = r.get("drain_jobs_s") if r.get("status") != "error" else None

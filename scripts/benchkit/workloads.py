@@ -35,7 +35,6 @@ ADAPTERS = {
     "procqueue-pg": ("pq", "ProcqueuePg"),
     "procqueue-sqlite": ("pq", "ProcqueueSqlite"),
     "pgqueuer": ("pgqueuer_peer", "PgqueuerAdapter"),
-    "pgqueuer-2p": ("pgqueuer_peer", "Pgqueuer2pAdapter"),
     "procrastinate": ("procrastinate_peer", "ProcrastinateAdapter"),
     "celery": ("celery_peer", "CeleryAdapter"),
     "rq": ("rq_peer", "RqAdapter"),
@@ -43,13 +42,17 @@ ADAPTERS = {
     "huey-pg": ("huey_pg_peer", "HueyPgAdapter"),
 }
 """Each system's adapter as (module of bench_peers, class)."""
+TWO_SLOT = "-2slot"
+"""The suffix of a peer's extra row in its 2-slot configuration (when a sweep found
+another one faster)."""
 
 
 def adapter_classes(names: Iterable[str]) -> dict[str, Any]:
-    """The adapter classes of the systems named; only their peers' modules are imported."""
+    """The adapter classes of the systems named (a ``-2slot`` row is its peer's class); only
+    their peers' modules are imported."""
     classes = {}
     for name in names:
-        module, cls = ADAPTERS[name]
+        module, cls = ADAPTERS[name.removesuffix(TWO_SLOT)]
         classes[name] = getattr(importlib.import_module(f"bench_peers.{module}"), cls)
     return classes
 
@@ -94,13 +97,15 @@ def warm_up(adapter: Any, tracker: Tracker, sizes: Sizes) -> None:
         )
 
 
-def hold_slots(adapter: Any, tracker: Tracker) -> None:
-    """Fills every worker slot with a gate job and waits until all of them run."""
-    for i in range(adapter.slots):
-        adapter.enqueue("gate", {"seq": i})
+def hold_slots(adapter: Any, tracker: Tracker, first_seq: int = 0) -> None:
+    """Fills every worker slot with a gate job (numbered from `first_seq`) and waits until
+    all of them run."""
+    gates = adapter.gates()
+    for i in range(gates):
+        adapter.enqueue("gate", {"seq": first_seq + i})
     waited = wait_records(
         tracker,
-        lambda: len(tracker.of("gatein")) >= adapter.slots,
+        lambda: len(tracker.of("gatein", min_seq=first_seq)) >= gates,
         adapter=adapter,
         timeout=30,
         stall_s=30,
@@ -167,6 +172,9 @@ def drain(
     done = tracker.of(kind)
     seqs = [r.seq for r in done]
     last_end = max((r.end for r in done), default=opened)
+    # a system whose gate jobs do not hold all of its capacity (pgqueuer unbounded runs
+    # no-ops on its event loop beside them) starts before the gate opens: count from there
+    opened = min([opened, *(r.start for r in done)])
     out: dict[str, Any] = {
         "status": waited.status,
         "enqueued": len(jobs),
@@ -313,17 +321,27 @@ def w_crashy(adapter: Any, tracker: Tracker, sizes: Sizes) -> dict[str, Any]:
 
 
 def run_one(
-    name: str, cls: Any, workload: str, rep: int, work_dir: Path, sizes: Sizes, n_iter: int
+    name: str,
+    cls: Any,
+    workload: str,
+    rep: int,
+    work_dir: Path,
+    sizes: Sizes,
+    n_iter: int,
+    knobs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """One system through one workload in a fresh state, in the configuration `knobs`
+    (default: its first); an exception becomes a result of status ``error``."""
     started = time.monotonic()
     result: dict[str, Any] = {
         "system": name,
         "workload": workload,
         "rep": rep,
+        "knobs": knobs or {},
         "loadavg_1m_before": round(os.getloadavg()[0], 2),
     }
     try:
-        with running(cls, work_dir, f"{name}-{workload}-{rep}") as adapter:
+        with running(cls, work_dir, f"{name}-{workload}-{rep}", knobs=knobs or {}) as adapter:
             tracker = Tracker(adapter.bench_dir)
             warm_up(adapter, tracker, sizes)
             result["ready_s"] = round(time.monotonic() - started, 2)

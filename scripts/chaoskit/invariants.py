@@ -329,8 +329,9 @@ class Invariants(Figures):
         ]
         # A tick is enqueued by a supervisor's chores between it and the next one
         # (a supervisor starting later enqueues only the latest): missing is a
-        # fault only if one supervised meanwhile, for a few passes of chores.
-        unsupervised = [t for t in gaps if self.supervised_within(t, t + 5) < 1.0]
+        # fault only if one supervised meanwhile, for several passes of chores
+        # (each lease/4; slower on a loaded machine).
+        unsupervised = [t for t in gaps if self.supervised_within(t, t + 5) < 3.0]
         missing = [t for t in gaps if t not in unsupervised]
         self.check(
             "each cron tick was enqueued once and ran (one done job per cron:NAME:TICK)",
@@ -338,7 +339,7 @@ class Invariants(Figures):
             f"{len(per_key)} ticks; keys twice {len(twice)}; not done {len(undone)}; "
             f"ticks missing during chaos while a supervisor supervised {_hms(missing[:5])}"
             + (
-                f"; {len(unsupervised)} while none did for 1 s (all killed, starting, frozen "
+                f"; {len(unsupervised)} while none did for 3 s (all killed, starting, frozen "
                 f"or without their database): {_hms(unsupervised[:5])}"
                 if unsupervised
                 else ""

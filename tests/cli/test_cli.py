@@ -236,6 +236,7 @@ def test_queues_pause_resume(run: Run, dsn: str, app: App) -> None:
         "QUEUE",
         "LIMIT",
         "LIMIT SET BY",
+        "RATE",
         "PAUSED",
         "PENDING",
         "RESERVED",
@@ -246,7 +247,7 @@ def test_queues_pause_resume(run: Run, dsn: str, app: App) -> None:
         "CANCELLED",
     ]
     cells = row.split()
-    assert cells[:6] == ["default", "none", "-", "yes", "1", "0"]
+    assert cells[:7] == ["default", "none", "-", "none", "yes", "1", "0"]
     assert cells[-3:] == ["0", "0", "0"]
     assert run("queues", "--dsn", dsn, "resume", "default")[0] == 0
     assert not app.stats()["default"].paused

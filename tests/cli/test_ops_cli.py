@@ -1,6 +1,6 @@
 """The operators' commands, in-process on both backends:
 ``queues`` with limits, ``jobs --state failed`` with its error column,
-bulk retry and cancel's usage errors."""
+bulk retry and cancel's usage errors, `queues rate` and `show`'s waits lines."""
 
 from __future__ import annotations
 
@@ -105,3 +105,45 @@ def test_bulk_actions_need_an_id_or_a_filter_not_both(run: Run) -> None:
 def test_supervisors_when_none(run: Run) -> None:
     assert run("supervisors") == (0, "", "no supervisors\n")
     assert run("supervisors", "--json") == (0, "", "")
+
+
+# -- flow control -------------------------------------------------------------------
+
+
+def test_queues_rate_set_shown_and_cleared(run: Run, app: App) -> None:
+    app.enqueue(JOB + "add", {"a": 1, "b": 2}, queue="api")
+    assert run("queues", "rate", "api", "100/m")[:2] == (
+        0,
+        "queue api: at most 100/m starts, cluster-wide\n",
+    )
+    _, out, _ = run("queues", "--json")
+    (doc,) = [msgspec.json.decode(line) for line in out.splitlines()]
+    assert (doc["name"], doc["rate"], doc["rate_used"]) == ("api", "100/m", 0)
+    _, out, _ = run("queues")
+    assert "100/m (0 in window)" in out.splitlines()[1]
+    assert run("queues", "rate", "api", "--clear")[:2] == (0, "queue api: rate cleared (no rate)\n")
+    _, out, _ = run("queues", "--json")
+    assert msgspec.json.decode(out.splitlines()[0])["rate"] is None
+
+
+@pytest.mark.parametrize("argv", [("100/d",), ("0/s",), ("x/s",), ("5/s", "--clear"), ()])
+def test_queues_rate_refuses_bad_input_in_one_line(run: Run, app: App, argv: tuple[str]) -> None:
+    app.enqueue(JOB + "add", {"a": 1, "b": 2}, queue="api")
+    code, out, err = run("queues", "rate", "api", *argv)
+    assert (code, out) == (2, "")
+    assert len(err.strip().splitlines()) >= 1 and "Traceback" not in err
+    assert app.queues()[0].rate is None
+
+
+def test_show_says_which_rate_and_group_limit_a_job_waits_for(run: Run, app: App) -> None:
+    store = app.store
+    first = app.enqueue(JOB + "add", {"a": 1, "b": 2}, rate_limit="1/h", group="t", group_limit=1)
+    second = app.enqueue(JOB + "add", {"a": 1, "b": 2}, rate_limit="1/h", group="t", group_limit=1)
+    now = app.clock.now()
+    claimed = store.job_claim(owner="o", queues=None, count=2, lease_until=now + 60, now=now)
+    assert [c.id for c in claimed] == [first]
+    code, out, _ = run("show", str(second))
+    waits = [line for line in out.splitlines() if line.startswith("waits:")]
+    assert code == 0 and len(waits) == 2
+    assert "throttled by rate 1/h of job:tests.jobs.basic.add until" in waits[0]
+    assert "blocked by group t's limit (1 of 1 held)" in waits[1]

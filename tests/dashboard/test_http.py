@@ -109,6 +109,15 @@ def test_json_endpoints(app: App, client: TestClient) -> None:
     assert client.get("/api/jobs?state=bogus").status_code == 400
 
 
+def test_the_queues_page_shows_rates_and_their_window_counts(app: App, client: TestClient) -> None:
+    app.set_rate("api", "30/m", create=True)
+    make(app, JobState.RUNNING, queue="api")  # its claim counts one start
+    (api,) = [q for q in client.get("/api/queues").json()["queues"] if q["name"] == "api"]
+    assert (api["rate"], api["rate_used"]) == ("30/m", "1 in window")
+    page = client.get("/").text
+    assert '<th class="num">Rate</th>' in page and ">30/m</td>" in page
+
+
 def test_actions_change_state(app: App, client: TestClient) -> None:
     token = csrf(client)
     headers = {"X-CSRF-Token": token}

@@ -97,6 +97,14 @@ def test_rich_values_are_encoded(app: App) -> None:
         (JOB + "add", {"a": 1, "b": 2}, {"key": "a\x00b"}, "key must be"),
         (JOB + "add", {"a": 1, "b": 2}, {"queue": "q\x00"}, "NUL"),
         ("no_such.job\x00", {}, {}, "without NUL"),
+        (JOB + "add", {"a": 1, "b": 2}, {"rate_limit": "5/d"}, "rate_limit: a rate is"),
+        (JOB + "add", {"a": 1, "b": 2}, {"rate_limit": "0/s"}, "rate_limit: a rate is"),
+        (JOB + "add", {"a": 1, "b": 2}, {"group_rate": 5}, "invalid option"),
+        (JOB + "add", {"a": 1, "b": 2}, {"group_limit": 0}, "group_limit must be"),
+        (JOB + "add", {"a": 1, "b": 2}, {"group": ""}, "group must be"),
+        (JOB + "add", {"a": 1, "b": 2}, {"debounce": 5}, "debounce needs a key"),
+        (JOB + "add", {"a": 1, "b": 2}, {"key": "k", "debounce": -1}, "debounce must be"),
+        (JOB + "add", {"a": 1, "b": 2}, {"debounce_max": float("nan")}, "debounce_max must"),
     ],
 )
 def test_bad_input_raises_and_writes_nothing(
@@ -167,6 +175,12 @@ def test_job_options_are_validated_at_registration() -> None:
         scratch.job(colour="red")(lambda: None)
     with pytest.raises(ConfigError, match="timeout"):
         scratch.job(timeout=-1)(lambda: None)
+    with pytest.raises(ConfigError, match="rate_limit: a rate is"):
+        scratch.job(rate_limit="100 per minute")(lambda: None)
+    with pytest.raises(ConfigError, match="unknown option 'debounce'"):
+        scratch.job(debounce=5)(lambda: None)  # an enqueue's option, not a job's
+    limited = scratch.job(rate_limit="100/m", group_limit=2, name="limited")(lambda: None)
+    assert (limited.options.rate_limit, limited.options.group_limit) == ("100/m", 2)
     job = scratch.job(backoff=Backoff(base=2), name="custom")(lambda: None)
     assert job.name == "custom" and job.options.backoff.base == 2
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from procqueue import models
+from procqueue import models, rates
 from procqueue.store.base import Store
 
 BASE = 1_000_000.0
@@ -27,7 +27,10 @@ def new_job(**overrides: Any) -> models.NewJob:
     """A `NewJob` with sensible defaults; ``args`` is given as a Python value
     and JSON-encoded here."""
     args = overrides.pop("args", {"n": 1})
+    flow = {k: overrides.pop(k) for k in rates.Flow.__struct_fields__ if k in overrides}
     fields: dict[str, Any] = {"name": DEFAULT_NAME, "args": msgspec.json.encode(args)}
+    if flow:  # the flow options as keywords too (group=..., rate_limit=...)
+        fields["flow"] = rates.Flow(**flow)
     fields.update(overrides)
     return models.NewJob(**fields)
 

@@ -98,9 +98,14 @@ def test_every_session_runs_under_the_bounds(pg: tuple[str, str]) -> None:
     with psycopg.connect(PG_URL, **kwargs) as conn:
         shown = [
             conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(name))).fetchone()
-            for name in ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+            for name in (
+                "statement_timeout",
+                "lock_timeout",
+                "idle_in_transaction_session_timeout",
+                "jit",
+            )
         ]
-    assert shown == [("1500ms",), ("250ms",), ("7s",)]
+    assert shown == [("1500ms",), ("250ms",), ("7s",), ("off",)]
 
 
 def test_the_dsn_overrides_the_bounds() -> None:

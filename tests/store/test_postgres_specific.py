@@ -176,7 +176,7 @@ def test_migrate_races_from_four_threads(
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(migrate, range(4))) == [SCHEMA_VERSION] * 4
     rows = admin.execute("SELECT version FROM procqueue_schema ORDER BY version").fetchall()
-    assert [r[0] for r in rows] == list(range(1, SCHEMA_VERSION + 1))
+    assert [r[0] for r in rows] == [v for v, _ in _queries.migrations("postgres")]
 
 
 def test_newer_schema_is_refused_naming_both_versions(
@@ -232,12 +232,45 @@ def test_candidate_query_walks_the_claim_index(
         row = psycopg.ClientCursor(admin).execute(explain, params).fetchone()
     assert row is not None
     nodes = list(_plan_nodes(row[0][0]["Plan"]))
-    assert [n["Node Type"] for n in nodes[:3]] == ["Limit", "LockRows", "Index Scan"]
+    # (the spent rates are read once, before the walk: an InitPlan beside it)
+    walk = [row[0][0]["Plan"]]
+    while outer := [c for c in walk[-1].get("Plans", []) if c["Parent Relationship"] == "Outer"]:
+        walk.append(outer[0])
+    assert [n["Node Type"] for n in walk] == ["Limit", "LockRows", "Index Scan"]
+    nodes = walk + nodes
     assert nodes[2]["Index Name"] == "jobs_claim"
     assert ("$1" in nodes[2]["Index Cond"]) == (plan == "generic")
     assert not [n for n in nodes if n["Node Type"] == "Sort"], "the index gives the order"
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n["Relation Name"] == "jobs"]
     assert len(claim_ids(store, now=BASE + 30_000, count=5, queues=queues)) == 5
+
+
+def test_group_heads_probe_each_group_by_index(
+    store: PostgresStore, admin: psycopg.Connection[Any]
+) -> None:
+    admin.execute(
+        """INSERT INTO jobs (name, queue, state, max_attempts, args, backoff, run_at, created_at,
+                             group_key, group_limit)
+           SELECT 'j', 'default', 'pending', 3, '{}', '{}', %(base)s + i, %(base)s + i,
+                  'g' || (i %% 1000), 2
+           FROM generate_series(1, 100000) AS i""",
+        {"base": BASE},
+    )
+    admin.execute(
+        "INSERT INTO flow_groups (group_key, served_at)"
+        " SELECT 'g' || i, i FROM generate_series(0, 999) AS i"
+    )
+    admin.execute("ANALYZE")
+    query = _queries.load("postgres")["job_group_heads"]
+    params = {"now": BASE + 200_000, "queues": None, "limit": 48}
+    row = admin.execute("EXPLAIN (FORMAT JSON) " + query, params).fetchone()
+    assert row is not None
+    nodes = list(_plan_nodes(row[0][0]["Plan"]))
+    used = {n.get("Index Name") for n in nodes}
+    assert {"flow_groups_served", "jobs_group_claim"} <= used
+    assert not [n for n in nodes if n["Node Type"] == "Seq Scan" and n["Relation Name"] == "jobs"]
+    assert not [n for n in nodes if n["Node Type"] == "Sort"]
+    assert len(claim_ids(store, now=BASE + 200_000, count=5)) == 5
 
 
 # -- LISTEN/NOTIFY ---------------------------------------------------------------

@@ -111,6 +111,7 @@ def test_migrations_make_the_same_schema_on_both_backends(
     assert set(lite["columns"]) == {
         *("jobs", "queues", "chores", "procqueue_schema"),
         *("job_attempts", "supervisors", "batches", "job_steps", "job_deps"),
+        *("flow_limits", "flow_starts", "flow_groups"),
     }
     assert lite == pg
     assert ("jobs", "jobs_claim") in lite["indexes"]

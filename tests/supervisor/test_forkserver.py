@@ -157,6 +157,7 @@ def test_a_forked_child_killed_reports_the_signal_and_its_tree_goes_too(
         assert child.wait(10) == -signal.SIGKILL
         assert child.poll() == -signal.SIGKILL
         assert _process.exit_reason(-signal.SIGKILL) == "child process killed by SIGKILL"
+        assert "its lease having run out" in _process.exit_reason(protocol.FENCE_EXIT)
         wait_until(
             lambda: not any(procfs.alive(p) for p in grandchildren),
             what="the job's processes to end",

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from procqueue import App
-from procqueue.testing import supervising
+from procqueue.testing import supervising, wait_until
 from tests.helpers import JOB, SPEC, finished, free_port, key, scrape
 from tests.jobs import basic
 
@@ -38,3 +38,16 @@ def test_metrics_count_claims_outcomes_and_restarts(app: App) -> None:
     assert m[key("procqueue_job_run_seconds_count", **add)] == 3
     assert m[key("procqueue_job_queue_wait_seconds_count", queue="default")] >= 5
     assert m[key("procqueue_children")] == 1
+
+
+def test_metrics_count_claims_a_rate_throttled(app: App) -> None:
+    port = free_port()
+    ids = [app.enqueue(JOB + "add", {"a": i, "b": 1}, rate_limit="1/h") for i in range(2)]
+    with supervising(app, SPEC, workers=2, metrics_port=port):
+        finished(app, ids[0])
+        limit = "rate job:" + JOB + "add"
+        wait_until(
+            lambda: scrape(port).get(key("procqueue_claims_throttled_total", limit=limit), 0) >= 1,
+            what="a throttled claim counted",
+        )
+    assert app.get(ids[1]).state == "pending" and app.get(ids[1]).attempts == 0

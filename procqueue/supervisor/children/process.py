@@ -44,6 +44,11 @@ def exit_reason(returncode: int) -> str:
         except ValueError:
             name = f"signal {-returncode}"
         return f"child process killed by {name}"
+    if returncode == protocol.FENCE_EXIT:
+        return (
+            f"child process exited with code {returncode}: it ended its job itself, its lease"
+            " having run out (the supervisor was cut off from the database or gone)"
+        )
     return f"child process exited with code {returncode}"
 
 

@@ -9,14 +9,23 @@ from typing import Any
 from benchkit.report.alone import (
     backlog,
     children,
+    cost,
     fresh_child,
     long_jobs,
     pending,
     profile,
+    scale,
     scaling_chart,
     storm,
 )
-from benchkit.report.method import how_measured, reproducing, systems_table, versions
+from benchkit.report.method import (
+    configurations,
+    how_measured,
+    not_measured,
+    reproducing,
+    systems_table,
+    versions,
+)
 from benchkit.report.shared import (
     cost_per_job,
     cpu_heavy,
@@ -46,6 +55,8 @@ SECTIONS: tuple[Section, ...] = (
     crashy,
     failed_runs,
     alone_heading,
+    cost,
+    scale,
     children,
     backlog,
     scaling_chart,
@@ -54,8 +65,10 @@ SECTIONS: tuple[Section, ...] = (
     long_jobs,
     fresh_child,
     profile,
+    not_measured,
     how_measured,
     systems_table,
+    configurations,
     versions,
     reproducing,
 )

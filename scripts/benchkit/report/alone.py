@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -227,16 +228,18 @@ def fresh_child(result: dict[str, Any], charts: list[Path], md_dir: Path) -> lis
         )
         add("| backend | done | drain jobs/s | child processes | supervisor CPU µs/job |")
         add("| --- | ---: | ---: | ---: | ---: |")
-        for r in fresh:
-            if r.get("status") == "error":
-                add(f"| {r['system']} | error: {r.get('error')} | | | |")
-                continue
-            mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
-            add(
-                f"| {r['system']} | {r.get('completed', 0):,} / {r.get('expected', 0):,}{mark} "
-                f"| {fmt(r.get('drain_jobs_s'))} | {r.get('child_pids')} "
-                f"| {fmt(r.get('supervisor_cpu_us_per_job'))} |"
+        out.extend(
+            _rows(
+                fresh,
+                lambda r: r["system"],
+                lambda r, mark: [
+                    f"{r.get('completed', 0):,} / {r.get('expected', 0):,}{mark}",
+                    fmt(r.get("drain_jobs_s")),
+                    str(r.get("child_pids")),
+                    fmt(r.get("supervisor_cpu_us_per_job")),
+                ],
             )
+        )
         add("")
     return out
 
@@ -278,3 +281,126 @@ def profile(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[st
                 + "\n"
             )
     return out
+
+
+COST_ROWS = (
+    ("round trips", "round trips (the supervisor's waits for PostgreSQL: `poll` calls)", 2),
+    ("sends", "client sends (`sendto` calls)", 2),
+    ("statements", "SQL statements (an `executemany` counts each row)", 2),
+    ("commits", "commits (`pg_stat_database.xact_commit` delta)", 2),
+    ("transactions", "transactions (SQLite: the store's `BEGIN IMMEDIATE`s)", 2),
+    ("WAL bytes", "WAL bytes (cluster-wide LSN delta: an upper bound on a shared server)", 0),
+    ("supervisor µs", "supervisor CPU µs, all threads", 0),
+    ("supervisor main loop µs", "… main loop thread", 0),
+    ("supervisor database thread µs", "… database thread", 0),
+    ("supervisor other threads µs", "… other threads", 0),
+    ("children µs", "children CPU µs (job, protocol, runner)", 0),
+    ("PostgreSQL backends µs", "PostgreSQL backends' CPU µs (the supervisor's and listener)", 0),
+    ("frames to children", "protocol frames to children", 2),
+    ("frames from children", "protocol frames from children", 2),
+)
+
+
+def cost(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Where the time goes per job: counts and CPU, drained and at idle."""
+    runs = [r for r in result.get("cost", []) if r.get("status") == "ok"]
+    out: list[str] = []
+    add = out.append
+    if not runs and not result.get("cost"):
+        return out
+    add("### Where the time goes, per job\n")
+    add(
+        "From `--extras cost`: the supervisor runs under `scripts/benchkit/counted.py` "
+        "(statement, commit and frame counters, read with SIGUSR1); CPU is each thread's "
+        "`/proc/PID/task/TID/schedstat` run time, the children's and the PostgreSQL "
+        "backends' likewise (the backends whose client port is one of the supervisor's "
+        "sockets). "
+        "*drained*: a gate-held drain of "
+        f"{runs[0]['jobs'] if runs else '-':,} no-op jobs; *idle*: "
+        f"{runs[0]['idle_jobs'] if runs else '-'} jobs enqueued one at a time into an idle "
+        "supervisor (enqueue → start → outcome). Round trips and sends come from a second "
+        "pass under `strace` (no CPU taken from it).\n"
+    )
+    for r in result.get("cost", []):
+        if r.get("status") != "ok":
+            add(f"- {r['system']}: {r.get('error', r.get('status'))}")
+    if not runs:
+        add("")
+        return out
+    head = " | ".join(f"{r['system']} {phase}" for r in runs for phase in ("drained", "idle"))
+    add(f"| per job | {head} |")
+    add("| --- |" + " ---: |" * (2 * len(runs)))
+    for key, label, digits in COST_ROWS:
+        cells = [
+            fmt(r.get(phase, {}).get(key), digits) for r in runs for phase in ("drain", "idle")
+        ]
+        if any(c != "-" for c in cells):
+            add(f"| {label} | " + " | ".join(cells) + " |")
+    add("")
+    return out
+
+
+def scale(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Claims with a million pending or finished rows in the table, and their plans."""
+    runs = result.get("scale", [])
+    out: list[str] = []
+    add = out.append
+    if not runs:
+        return out
+    add("### Claims against a large table (PostgreSQL)\n")
+    add(
+        "From `--extras scale`: a no-op drain of the 5,000 jobs of a window with the table "
+        "otherwise empty, with pending jobs behind them in claim order, and with finished "
+        "jobs beside them (as many as the first column says; marked done in one UPDATE, then "
+        "`VACUUM ANALYZE` as autovacuum would); the supervisor is stopped (SIGSTOP) while the "
+        "table fills. "
+        "*claim query ms*: `EXPLAIN (ANALYZE, BUFFERS)` of `job_candidates` (LIMIT 32) just "
+        "before the drain.\n"
+    )
+    add(
+        "| table | drain jobs/s | supervisor CPU µs/job | claim query ms | index-driven "
+        "(no Seq Scan on jobs) |"
+    )
+    add("| --- | ---: | ---: | ---: | --- |")
+    out.extend(
+        _rows(
+            runs,
+            _table,
+            lambda r, mark: [
+                fmt(r.get("drain_jobs_s")) + mark,
+                fmt(r.get("supervisor_cpu_us_per_job")),
+                fmt(r.get("plan_ms"), 2),
+                "yes" if r.get("index_driven") else "**no**",
+            ],
+        )
+    )
+    add("")
+    for r in runs:
+        if r.get("plan"):
+            what = _table(r)
+            add(f"<details><summary>plan, {what}</summary>\n\n```")
+            add("\n".join(r["plan"]))
+            add("```\n</details>\n")
+    return out
+
+
+def _table(r: dict[str, Any]) -> str:
+    """A scale case's table in words."""
+    return "empty" if r["case"] == "empty" else f"{r['rows']:,} {r['case']}"
+
+
+def _rows(
+    runs: list[dict[str, Any]],
+    first: Callable[[dict[str, Any]], str],
+    cells: Callable[[dict[str, Any], str], list[str]],
+) -> list[str]:
+    """A table row per run: `first`, then `cells` (given the run's status mark, empty
+    when it ended ok), or its error across the row."""
+    rows = []
+    for r in runs:
+        if r.get("status") == "error":
+            rows.append(f"| {first(r)} | error: {r.get('error')} |")
+            continue
+        mark = "" if r.get("status") == "ok" else f" ({r.get('status')})"
+        rows.append(f"| {first(r)} | " + " | ".join(cells(r, mark)) + " |")
+    return rows

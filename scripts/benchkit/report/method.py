@@ -41,9 +41,16 @@ def how_measured(result: dict[str, Any], charts: list[Path], md_dir: Path) -> li
   when the worker processes are gone, after {sizes["stall_s"]:.0f} s without progress, or after
   {sizes["drain_timeout_s"]:.0f} s; what had not completed by then is reported as not
   completed (lost when the workers died; merely late when the run was cut).
-- Peers run in their fastest configuration for 2 slots: pgqueuer in one process
-  (pgqueuer-2p, two processes, is shown for reference), Huey both on Redis (blocking reads)
-  and on PostgreSQL (its SQL storage, polling every 5 ms when idle); see Systems.
+- Each peer runs in the configuration `python scripts/bench.py --sweep` found fastest for the
+  no-op drain (every configuration its adapter lists, short drains, interleaved
+  repetitions; see Peer configurations): worker counts above the 2 cores are allowed, so a
+  peer may use more processes or threads than procqueue's 2 children. Where that is not its
+  2-slot configuration, the 2-slot one runs as an extra `-2slot` row (no-op drain and latency
+  only), never as the headline. CPU-heavy and crashy run each peer's configuration with 2
+  workers (the workloads are defined for 2 slots). Huey on PostgreSQL is Huey 3's own
+  `PostgresHuey` (`pg_notify` wake-up, `SKIP LOCKED`); see Systems.
+- A drain counts from the gate's opening or from the first no-op's start, whichever is
+  earlier (pgqueuer with unbounded concurrency runs no-ops beside its gate jobs).
 - The procqueue-only parts (below "procqueue alone") run once each, after the repetitions:
   children scaling, a large backlog, jobs pending per child, the progress storm, the
   {sizes.get("long_jobs", 2000):,} jobs of {sizes.get("long_job_s", 1.0):g} s on
@@ -60,15 +67,68 @@ def systems_table(result: dict[str, Any], charts: list[Path], md_dir: Path) -> l
     out: list[str] = []
     add = out.append
     add("## Systems\n")
-    add("| system | configuration | batch enqueue | notes |")
-    add("| --- | --- | --- | --- |")
+    add("| system | set-up | configuration | batch enqueue | notes |")
+    add("| --- | --- | --- | --- | --- |")
     for name, info in result["systems"].items():
         add(
-            f"| {name} | {info['title']} "
+            f"| {name} | {info['title']} | {info.get('config', '')} "
             f"| {info['batch_api'] or 'none (one call per job)'} | {info['notes']} |"
         )
     add("")
     return out
+
+
+def configurations(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """What each peer's sweep measured per configuration, and which one the run used."""
+    sweep = result.get("sweep")
+    out: list[str] = []
+    add = out.append
+    add("## Peer configurations\n")
+    if not sweep:
+        add(
+            "No sweep was found (`--sweep-json`): every peer ran its first, 2-slot "
+            "configuration, which is not necessarily its fastest.\n"
+        )
+        return out
+    add(
+        f"From `python scripts/bench.py --sweep` on {sweep['generated']} "
+        f"({sweep['reps']} interleaved repetitions of a {sweep['noop_jobs']:,}-job no-op drain "
+        f"per configuration, {sweep['elapsed_s']:.0f} s; "
+        "[benchmarks-sweep.json](benchmarks-sweep.json)). The fastest median of each peer "
+        "(**bold**) is the configuration of its row above.\n"
+    )
+    add("| peer | configuration | no-op drain jobs/s | runs finished |")
+    add("| --- | --- | ---: | ---: |")
+    for system, configs in sweep["configs"].items():
+        for label, e in configs.items():
+            rate = "-" if e["median"] is None else f"{e['median']:,.0f}"
+            if e["median"] is not None and e["min"] != e["max"]:
+                rate += f" <sub>[{e['min']:,.0f}-{e['max']:,.0f}]</sub>"
+            if e["knobs"] == sweep["winners"].get(system):
+                label, rate = f"**{label}**", f"**{rate}**"
+            add(f"| {system} | {label} | {rate} | {e['finished']} of {e['runs']} |")
+    add("")
+    return out
+
+
+def not_measured(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """What issue 20 asks for that this page does not measure yet, and the parts skipped."""
+    out: list[str] = []
+    add = out.append
+    add("## Not measured here\n")
+    skipped = [x for x in EXTRAS if not _ran(result, x)]
+    if skipped:
+        add(f"- procqueue-only parts not run in this run (`--extras`): {', '.join(skipped)}.")
+    add(
+        "- Scale (issue 20, deliver 4), not built yet: retention pruning of a million rows in "
+        "bounded batches beside claims, 4 supervisors on one PostgreSQL against 1.\n"
+    )
+    return out
+
+
+def _ran(result: dict[str, Any], extra: str) -> bool:
+    key = {"profile": "profiles", "fresh_child": "fresh_child"}.get(extra, extra)
+    return bool(result.get(key))
 
 
 def versions(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
@@ -87,6 +147,7 @@ def reproducing(result: dict[str, Any], charts: list[Path], md_dir: Path) -> lis
     add("## Reproducing\n")
     add(
         f"""```
+python scripts/bench.py --sweep    # each peer's fastest configuration, about 10 minutes
 python scripts/bench.py            # full: 3 repetitions, about 25 minutes
 python scripts/bench.py --quick    # 1 repetition, smaller counts, under 5 minutes
 ```

@@ -24,8 +24,10 @@ def header(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str
         f"{reps} repetition{'s' if reps > 1 else ''}, interleaved; {result['elapsed_s']:.0f} s). "
         f"procqueue revision {result['revision']}. Raw figures of every run: "
         "[benchmarks.json](benchmarks.json). Numbers are `median [min-max]` over the "
-        "repetitions; every system had 2 worker slots on a 2-core machine (pgqueuer-2p: 4, "
-        "see Systems).\n"
+        "repetitions. procqueue runs 2 children on the 2-core machine; each peer runs in the "
+        "configuration its sweep found fastest for the no-op drain (named in every row, see "
+        "Peer configurations), with its 2-slot configuration as an extra `-2slot` row where "
+        "that is another; CPU-heavy and crashy run every system on 2 workers.\n"
     )
     m = result["machine"]
     add(
@@ -49,9 +51,11 @@ def goals(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]
     add = out.append
     add("## Goals\n")
     add(
-        "Each goal with the value measured in this run and whether it is met. *issue 13*: the "
-        "goals of the speed issue; *reference*: a goal stated for later work (not expected "
-        "to hold yet); *earlier*: targets of earlier issues that issue 13 did not replace.\n"
+        "Each goal with the value measured in this run and whether it is met. *issue 20*: the "
+        "goals of the speed issue against every peer at its fastest (ratios from the same "
+        "repetition); a goal not met names the figures of the cost table (Where the time "
+        "goes) that bound it. *reference*: a goal stated for later work (not expected to hold "
+        "yet); *earlier*: targets of earlier issues that issue 20 did not replace.\n"
     )
     add("| goal | measured | verdict | from |")
     add("| --- | --- | --- | --- |")
@@ -71,11 +75,11 @@ def results(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[st
     add = out.append
     add("## Results\n")
     add(
-        "| system | store | no-op drain jobs/s | enqueue jobs/s | supervisor CPU µs/job "
-        "| latency p50 ms | latency p99 ms | cpu_heavy wall/ideal | crashy drain jobs/s "
-        "| crashy: non-crashing jobs done |"
+        "| system | configuration | store | no-op drain jobs/s | enqueue jobs/s "
+        "| supervisor CPU µs/job | latency p50 ms | latency p99 ms | cpu_heavy wall/ideal "
+        "| crashy drain jobs/s | crashy: non-crashing jobs done |"
     )
-    add("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    add("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for name in systems:
         crash = s["per_system"].get("crashy", {}).get(name, {})
         expected = crash.get("expected")
@@ -95,8 +99,12 @@ def results(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[st
                 verdict += " when cut"
             if not all(crash.get("worker_alive", [True])):
                 verdict += ", worker process died"
+        info = result["systems"][name]
+        config = info.get("config", "")
+        if info.get("config_two_slots", config) != config and not name.endswith("-2slot"):
+            config += f" (cpu_heavy, crashy: {info['config_two_slots']})"
         add(
-            f"| {name} | {result['systems'][name]['store']} "
+            f"| {name} | {config} | {info['store']} "
             f"| {cell(s, 'throughput_noop', name, 'drain_jobs_s')} "
             f"| {cell(s, 'throughput_noop', name, 'enqueue_jobs_s')} "
             f"| {cell(s, 'throughput_noop', name, 'supervisor_cpu_us_per_job')} "
@@ -112,8 +120,8 @@ def results(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[st
         "except in crashy, where no rate is given for a run whose workers died or stalled. "
         "See the per-run tables below and the JSON. Supervisor CPU is procqueue's supervisor "
         "process alone (children excluded) over the no-op drain; the peers have no such "
-        "process apart from their workers, so it is not given for them. pgqueuer-2p runs only "
-        "the no-op drain and latency workloads.\n"
+        "process apart from their workers, so it is not given for them. A `-2slot` row runs "
+        "only the no-op drain and latency workloads.\n"
     )
     for chart in charts:
         if chart.name not in ("bench-scaling.png", "bench-pending.png"):

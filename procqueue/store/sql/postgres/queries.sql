@@ -22,12 +22,15 @@ INSERT INTO procqueue_schema (version, applied_at) VALUES (%(version)s, %(now)s)
 -- Inserts one job; a duplicate key inserts nothing and returns no row.
 INSERT INTO jobs (name, queue, state, priority, max_attempts, args, key, serial_key, tags,
                   timeout, max_memory, backoff, on_failure, run_at, created_at, deadline_at,
-                  batch_id, allow_failure, max_snoozes, headers)
+                  batch_id, allow_failure, max_snoozes, headers,
+                  group_key, group_limit, rate_limit, group_rate, debounce_until)
 VALUES (%(name)s, %(queue)s, 'pending', %(priority)s, %(max_attempts)s, %(args)s::json,
         %(key)s::text, %(serial_key)s::text, %(tags)s::jsonb, %(timeout)s::float8,
         %(max_memory)s::integer, %(backoff)s::jsonb, %(on_failure)s::text, %(run_at)s::float8,
         %(now)s, %(deadline_at)s::float8, %(batch_id)s::bigint, %(allow_failure)s::boolean,
-        %(max_snoozes)s::integer, %(headers)s::json)
+        %(max_snoozes)s::integer, %(headers)s::json,
+        %(group)s::text, %(group_limit)s::integer, %(rate_limit)s::text, %(group_rate)s::text,
+        %(debounce_until)s::float8)
 ON CONFLICT (key) DO NOTHING
 RETURNING id
 
@@ -62,14 +65,28 @@ SELECT name, concurrency, paused, limit_by, limit_at FROM queues
 
 -- job_candidates --
 -- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
--- queues at their limit and serial keys already running (so they can't hide the jobs behind them);
--- `room` is how many more of the queue may start (NULL: no limit).
+-- queues at their limit, serial keys already running, groups at their group_limit and work
+-- whose rate (flow_limits: the job's name, its group, its queue) is spent in its window (so
+-- none of them can hide the jobs behind them); `room` is how many more of the queue may
+-- start (NULL: no limit), `group_room` of the group; `served_at` is when the group was last
+-- served; the rate keys name the limits a start counts against.
 -- Mirrors the other dialect's job_candidates line for line (see the top of this file).
 -- Walks the jobs_claim partial index; skips rows another transaction holds.
-SELECT id, queue, serial_key,
+WITH spent AS MATERIALIZED (
+    SELECT l.key FROM flow_limits l
+    WHERE l.rate <= (SELECT count(*) FROM flow_starts s
+                     WHERE s.key = l.key AND s.at > %(now)s::float8 - l.period))
+SELECT id, queue, serial_key, group_key, priority, run_at,
        (SELECT q.concurrency - (SELECT count(*) FROM jobs r
                                 WHERE r.state = 'running' AND r.queue = jobs.queue)
-        FROM queues q WHERE q.name = jobs.queue) AS room
+        FROM queues q WHERE q.name = jobs.queue) AS room,
+       group_limit - (SELECT count(*) FROM jobs g
+                      WHERE g.state = 'running' AND g.group_key = jobs.group_key) AS group_room,
+       (SELECT f.served_at FROM flow_groups f WHERE f.group_key = jobs.group_key) AS served_at,
+       CASE WHEN rate_limit IS NOT NULL THEN 'job:' || name END AS job_rate_key,
+       CASE WHEN group_rate IS NOT NULL THEN 'group:' || group_key END AS group_rate_key,
+       CASE WHEN 'queue:' || queue IN (SELECT key FROM flow_limits) THEN 'queue:' || queue END
+       AS queue_rate_key
 FROM jobs
 WHERE state = 'pending' AND run_at <= %(now)s::float8
   AND (deadline_at IS NULL OR deadline_at > %(now)s::float8)
@@ -80,9 +97,161 @@ WHERE state = 'pending' AND run_at <= %(now)s::float8
                                           WHERE r.state = 'running' AND r.queue = q.name))
   AND (serial_key IS NULL OR serial_key NOT IN
        (SELECT s.serial_key FROM jobs s WHERE s.state = 'running' AND s.serial_key IS NOT NULL))
+  AND (group_limit IS NULL OR group_key IS NULL
+       OR group_limit > (SELECT count(*) FROM jobs g
+                         WHERE g.state = 'running' AND g.group_key = jobs.group_key))
+  AND (rate_limit IS NULL OR 'job:' || name NOT IN (SELECT key FROM spent))
+  AND (group_rate IS NULL OR group_key IS NULL
+       OR 'group:' || group_key NOT IN (SELECT key FROM spent))
+  AND 'queue:' || queue NOT IN (SELECT key FROM spent)
 ORDER BY priority DESC, run_at, id
 LIMIT %(limit)s
 FOR UPDATE OF jobs SKIP LOCKED
+
+-- job_group_heads --
+-- job_candidates, among the first 4 due jobs of each group in serving order (least recently
+-- served first): the jobs that let a claim rotate across groups whatever their backlogs.
+-- Probes each group's jobs_group_claim range (the groups drive the plan, whatever the
+-- statistics say); skips rows another transaction holds.
+WITH spent AS MATERIALIZED (
+    SELECT l.key FROM flow_limits l
+    WHERE l.rate <= (SELECT count(*) FROM flow_starts s
+                     WHERE s.key = l.key AND s.at > %(now)s::float8 - l.period))
+SELECT id, queue, serial_key, group_key, priority, run_at,
+       (SELECT q.concurrency - (SELECT count(*) FROM jobs r
+                                WHERE r.state = 'running' AND r.queue = jobs.queue)
+        FROM queues q WHERE q.name = jobs.queue) AS room,
+       group_limit - (SELECT count(*) FROM jobs g
+                      WHERE g.state = 'running' AND g.group_key = jobs.group_key) AS group_room,
+       (SELECT f.served_at FROM flow_groups f WHERE f.group_key = jobs.group_key) AS served_at,
+       CASE WHEN rate_limit IS NOT NULL THEN 'job:' || name END AS job_rate_key,
+       CASE WHEN group_rate IS NOT NULL THEN 'group:' || group_key END AS group_rate_key,
+       CASE WHEN 'queue:' || queue IN (SELECT key FROM flow_limits) THEN 'queue:' || queue END
+       AS queue_rate_key
+FROM (SELECT group_key AS served_key FROM flow_groups ORDER BY served_at LIMIT %(limit)s) f
+CROSS JOIN LATERAL (
+    SELECT * FROM jobs x
+    WHERE x.group_key = f.served_key AND x.group_key IS NOT NULL
+      AND x.state = 'pending' AND x.run_at <= %(now)s::float8
+    ORDER BY x.group_key, x.priority DESC, x.run_at, x.id LIMIT 4
+    FOR UPDATE SKIP LOCKED) AS jobs
+WHERE true
+  AND (deadline_at IS NULL OR deadline_at > %(now)s::float8)
+  AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+  AND queue NOT IN (SELECT name FROM queues WHERE paused)
+  AND queue NOT IN (SELECT q.name FROM queues q WHERE q.concurrency IS NOT NULL
+                    AND q.concurrency <= (SELECT count(*) FROM jobs r
+                                          WHERE r.state = 'running' AND r.queue = q.name))
+  AND (serial_key IS NULL OR serial_key NOT IN
+       (SELECT s.serial_key FROM jobs s WHERE s.state = 'running' AND s.serial_key IS NOT NULL))
+  AND (group_limit IS NULL OR group_key IS NULL
+       OR group_limit > (SELECT count(*) FROM jobs g
+                         WHERE g.state = 'running' AND g.group_key = jobs.group_key))
+  AND (rate_limit IS NULL OR 'job:' || name NOT IN (SELECT key FROM spent))
+  AND (group_rate IS NULL OR group_key IS NULL
+       OR 'group:' || group_key NOT IN (SELECT key FROM spent))
+  AND 'queue:' || queue NOT IN (SELECT key FROM spent)
+
+-- flow_rooms --
+-- How many more starts each of `keys` allows in its window now (keys without a limit: none).
+SELECT l.key, l.rate - (SELECT count(*) FROM flow_starts s
+                        WHERE s.key = l.key AND s.at > %(now)s::float8 - l.period) AS room
+FROM flow_limits l WHERE l.key = ANY(%(keys)s::text[])
+
+-- flow_start_add --
+-- One start counted against each of `keys` (a key twice: two starts), at `now`.
+INSERT INTO flow_starts (key, at) SELECT k, %(now)s::float8 FROM unnest(%(keys)s::text[]) AS k
+
+-- flow_starts_trim --
+-- Forgets the starts of `keys` that left their window (or whose limit is gone).
+DELETE FROM flow_starts s
+WHERE s.key = ANY(%(keys)s::text[])
+  AND s.at <= %(now)s::float8 - coalesce((SELECT l.period FROM flow_limits l WHERE l.key = s.key), 0)
+
+-- flow_group_served --
+-- Records that a claim served `groups`, in that order, at base + 1e-6, base + 2e-6, ... (the
+-- rotation puts them last).
+INSERT INTO flow_groups (group_key, served_at)
+SELECT g, %(base)s::float8 + n * 1e-6 FROM unnest(%(groups)s::text[]) WITH ORDINALITY AS t(g, n)
+ON CONFLICT (group_key) DO UPDATE SET served_at = excluded.served_at
+
+-- flow_group_add --
+-- Groups that jobs were enqueued in join the rotation (as never served, when new).
+INSERT INTO flow_groups (group_key) SELECT DISTINCT g FROM unnest(%(groups)s::text[]) AS g
+ON CONFLICT (group_key) DO NOTHING
+
+-- flow_groups_prune --
+-- Groups served before `before` that hold no job waiting, held or blocked leave the rotation.
+DELETE FROM flow_groups f
+WHERE f.served_at < %(before)s::float8
+  AND NOT EXISTS (SELECT 1 FROM jobs j WHERE j.group_key = f.group_key
+                  AND j.state IN ('pending', 'running', 'blocked'))
+
+-- flow_limit_set --
+-- Sets a key's rate (the latest enqueue or operator wins; an enqueue's unchanged rate writes
+-- nothing).
+INSERT INTO flow_limits (key, rate, period, set_by, set_at)
+VALUES (%(key)s, %(rate)s::integer, %(period)s::float8, %(by)s::text, %(now)s::float8)
+ON CONFLICT (key) DO UPDATE
+SET rate = excluded.rate, period = excluded.period, set_by = excluded.set_by,
+    set_at = excluded.set_at
+WHERE (flow_limits.rate, flow_limits.period) IS DISTINCT FROM (excluded.rate, excluded.period)
+   OR excluded.set_by IS NOT NULL
+
+-- flow_limit_of --
+-- The rates `keys` hold now (keys without one: no row).
+SELECT key, rate, period FROM flow_limits WHERE key = ANY(%(keys)s::text[])
+
+-- flow_limit_clear --
+-- Removes a key's rate.
+DELETE FROM flow_limits WHERE key = %(key)s
+
+-- flow_limit_list --
+-- Every key's rate with the starts counted in its current window.
+SELECT l.key, l.rate, l.period, l.set_by, l.set_at,
+       (SELECT count(*) FROM flow_starts s
+        WHERE s.key = l.key AND s.at > %(now)s::float8 - l.period) AS used
+FROM flow_limits l ORDER BY l.key
+
+-- flow_starts_of --
+-- The starts of one key in its window now, oldest first.
+SELECT s.at FROM flow_starts s JOIN flow_limits l ON l.key = s.key
+WHERE s.key = %(key)s AND s.at > %(now)s::float8 - l.period ORDER BY s.at
+
+-- flow_group_held --
+-- How many jobs of a group are held (running or reserved).
+SELECT count(*) AS n FROM jobs WHERE state = 'running' AND group_key = %(group)s
+
+-- flow_held_back --
+-- The rates spent and group limits reached now that hold back due pending work (for a claim
+-- that came back short); the groups are found from their held jobs.
+SELECT 'rate ' || l.key AS held FROM flow_limits l
+WHERE l.rate <= (SELECT count(*) FROM flow_starts s WHERE s.key = l.key AND s.at > %(now)s::float8 - l.period)
+  AND EXISTS (SELECT 1 FROM jobs j
+              WHERE j.state = 'pending' AND j.run_at <= %(now)s::float8
+                AND (l.key = 'queue:' || j.queue
+                     OR (j.rate_limit IS NOT NULL AND l.key = 'job:' || j.name)
+                     OR (j.group_rate IS NOT NULL AND l.key = 'group:' || j.group_key)))
+UNION ALL
+SELECT 'group_limit ' || h.group_key AS held
+FROM (SELECT group_key, count(*) AS n FROM jobs WHERE state = 'running' AND group_key IS NOT NULL
+      GROUP BY group_key) h
+WHERE EXISTS (SELECT 1 FROM jobs j
+              WHERE j.group_key = h.group_key AND j.state = 'pending' AND j.run_at <= %(now)s::float8
+                AND j.group_limit <= h.n)
+ORDER BY held
+
+-- job_flow --
+-- What decides when one job may start, for saying why it waits.
+SELECT state, name, queue, group_key, group_limit, rate_limit, group_rate FROM jobs WHERE id = %(id)s
+
+-- job_debounce --
+-- A debounced enqueue finding its key pending: the new args, run_at moved to `run_at` but
+-- never past debounce_until. Returns nothing when the key's job is not pending.
+UPDATE jobs SET args = %(args)s::json,
+       run_at = least(%(run_at)s::float8, coalesce(debounce_until, %(run_at)s::float8))
+WHERE key = %(key)s AND state = 'pending'
+RETURNING id
 
 -- job_take --
 -- Moves the chosen jobs to running for one owner; starts a new attempt. Those in started go to
@@ -111,33 +280,45 @@ RETURNING id, attempts, cancel_requested
 -- Running jobs of an owner that were asked to cancel.
 SELECT id FROM jobs WHERE state = 'running' AND owner = %(owner)s AND cancel_requested
 
--- job_record --
--- Records an attempt's outcome, fenced by attempt and (unless '') owner; refund gives the
--- attempt back.
+-- job_record_set --
+-- Records attempts' outcomes in one statement, each fenced by attempt and (unless '') owner;
+-- refund gives the attempt back. %(rows)s is a JSON array of each outcome's values (now and
+-- owner are parameters of their own).
 -- A cancel requested while it ran wins over a retry or a hand-back: the job
 -- ends cancelled instead of running again. The last progress is kept, except
--- on a job going back to pending: its next attempt starts with none (and no pid).
+-- on a job going back to pending: its next attempt starts with none (and no pid). Their
+-- rows are locked in id order first, so that two transactions recording the same rows cannot
+-- deadlock. Returns the ids recorded.
+WITH r AS (
+    SELECT * FROM json_to_recordset(%(rows)s::json) AS r(
+        id bigint, attempt integer, state text, result text, error text, run_at float8,
+        refund boolean, snooze integer, progress text, fraction float8, started_at float8)
+), locked AS (
+    SELECT jobs.id FROM jobs WHERE jobs.id IN (SELECT id FROM r) ORDER BY jobs.id FOR UPDATE
+)
 UPDATE jobs
-SET state = CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
-                 ELSE %(state)s::text END,
-    result = %(result)s::json,
-    error = CASE WHEN cancel_requested AND %(state)s::text = 'pending'
-                 THEN 'cancelled while running' ELSE %(error)s::text END,
-    run_at = coalesce(%(run_at)s::float8, run_at),
-    started_at = coalesce(%(started_at)s::float8, started_at),
-    finished_at = CASE WHEN %(state)s::text IN ('done', 'failed', 'cancelled')
-                         OR (cancel_requested AND %(state)s::text = 'pending')
+SET state = CASE WHEN jobs.cancel_requested AND r.state = 'pending' THEN 'cancelled'
+                 ELSE r.state END,
+    result = r.result::json,
+    error = CASE WHEN jobs.cancel_requested AND r.state = 'pending'
+                 THEN 'cancelled while running' ELSE r.error END,
+    run_at = coalesce(r.run_at, jobs.run_at),
+    started_at = coalesce(r.started_at, jobs.started_at),
+    finished_at = CASE WHEN r.state IN ('done', 'failed', 'cancelled')
+                         OR (jobs.cancel_requested AND r.state = 'pending')
                        THEN %(now)s::float8 END,
-    attempts = attempts - %(refund)s::integer, snoozes = snoozes + %(snooze)s::integer,
-    progress = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
-                    ELSE coalesce(%(progress)s::text, progress) END,
-    fraction = CASE WHEN %(state)s::text = 'pending' AND NOT cancel_requested THEN NULL
-                    ELSE coalesce(%(fraction)s::float8, fraction) END,
+    attempts = jobs.attempts - r.refund::integer, snoozes = jobs.snoozes + r.snooze,
+    progress = CASE WHEN r.state = 'pending' AND NOT jobs.cancel_requested THEN NULL
+                    ELSE coalesce(r.progress, jobs.progress) END,
+    fraction = CASE WHEN r.state = 'pending' AND NOT jobs.cancel_requested THEN NULL
+                    ELSE coalesce(r.fraction, jobs.fraction) END,
     pid = NULL,
     owner = NULL, lease_until = NULL, cancel_requested = false
-WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
-  AND (%(owner)s::text = '' OR owner = %(owner)s::text)
-RETURNING id
+FROM r
+WHERE jobs.id = r.id AND jobs.id IN (SELECT id FROM locked)
+  AND jobs.attempts = r.attempt AND jobs.state = 'running'
+  AND (%(owner)s::text = '' OR jobs.owner = %(owner)s::text)
+RETURNING jobs.id
 
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
@@ -308,23 +489,28 @@ SELECT pg_catalog.set_config('statement_timeout', %(ms)s, true),
 
 -- ---- Operations: attempt history, supervisors, managed limits, bulk actions ----
 
--- attempt_record --
--- One attempt's history row, written with its outcome in the same transaction and fenced the
--- same way (nothing is written when the attempt is no longer running). A cancel that wins over
--- a retry or a hand-back is recorded as the cancel it becomes.
+-- attempt_record_set --
+-- Attempts' history rows in one statement (%(rows)s: a JSON array of each outcome's values),
+-- written with their outcomes in the same transaction and fenced the same way (nothing is
+-- written for an attempt no longer running). A cancel that wins over a retry or a hand-back
+-- is recorded as the cancel it becomes.
 INSERT INTO job_attempts (job_id, attempt, owner, child_pid, claimed_at, started_at, ended_at,
                           outcome, exit_reason, error, peak_memory)
-SELECT id, attempts, owner, coalesce(%(child_pid)s::integer, pid), claimed_at,
-       %(started_at)s::float8, %(now)s::float8,
-       CASE WHEN cancel_requested AND %(state)s::text = 'pending' THEN 'cancelled'
-            ELSE %(outcome)s::text END,
-       %(exit_reason)s::text, %(error)s::text, %(peak_memory)s::float8
-FROM jobs WHERE id = %(id)s AND attempts = %(attempt)s AND state = 'running'
-  AND (%(owner)s::text = '' OR owner = %(owner)s::text)
--- The row is locked as it is read: a rescue or another outcome changing it meanwhile is
+SELECT jobs.id, jobs.attempts, jobs.owner, coalesce(r.child_pid, jobs.pid), jobs.claimed_at,
+       r.started_at, %(now)s::float8,
+       CASE WHEN jobs.cancel_requested AND r.state = 'pending' THEN 'cancelled'
+            ELSE r.outcome END,
+       r.exit_reason, r.error, r.peak_memory
+FROM json_to_recordset(%(rows)s::json) AS r(
+         id bigint, attempt integer, state text, outcome text, child_pid integer,
+         started_at float8, exit_reason text, error text, peak_memory float8)
+JOIN jobs ON jobs.id = r.id
+WHERE jobs.attempts = r.attempt AND jobs.state = 'running'
+  AND (%(owner)s::text = '' OR jobs.owner = %(owner)s::text)
+ORDER BY jobs.id
+-- The rows are locked as they are read: a rescue or another outcome changing one meanwhile is
 -- waited for and the row read again, so no row tells an ending that the fence then refuses.
-FOR UPDATE
-RETURNING job_id
+FOR UPDATE OF jobs
 
 -- attempt_record_lost --
 -- History rows of the running jobs whose lease passed, written just before job_rescue_expired
