@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from procqueue.cli.main import main
+from procqueue.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(entry())

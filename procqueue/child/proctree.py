@@ -62,15 +62,8 @@ def rss_mb(pids: list[int]) -> float:
 
 KILL_PASSES_S = 2.0
 """How long `signal_tree` goes on killing a tree that keeps forking."""
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return False
+QUIET_PASSES = 3
+"""Passes in a row that find no new process before a tree counts as ended."""
 
 
 def _signal(pid: int, sig: signal.Signals) -> None:
@@ -85,19 +78,13 @@ def signal_tree(pid: int, sig: signal.Signals, *, include_root: bool = True) -> 
     SIGKILL ends the whole tree, whatever it does meanwhile: `pid` is
     stopped first (it can start nothing more, and as a subreaper it still
     adopts the orphans), then its descendants are killed pass after pass,
-    each pass finding what forked during the last, until a pass finds none
-    alive (or `KILL_PASSES_S` has passed), and `pid` last.
+    each pass finding what forked during the last, until passes find
+    nothing new (or `KILL_PASSES_S` has passed), and `pid` last.
     """
     if sig == signal.SIGKILL:
         if include_root:
             _signal(pid, signal.SIGSTOP)
-        give_up = time.monotonic() + KILL_PASSES_S
-        while time.monotonic() < give_up:
-            alive = [p for p in descendants(pid) if _alive(p)]
-            if not alive:
-                break
-            for p in alive:
-                _signal(p, sig)
+        _kill_below(pid)
     if include_root:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pid, sig)
@@ -105,6 +92,31 @@ def signal_tree(pid: int, sig: signal.Signals, *, include_root: bool = True) -> 
         _signal(p, sig)
     if include_root and sig == signal.SIGKILL:
         _signal(pid, sig)  # also when it had left its own group
+
+
+def _kill_below(pid: int) -> None:
+    """SIGKILLs every descendant of `pid`, pass after pass, until
+    `QUIET_PASSES` passes in a row find no process the earlier ones did not.
+
+    Each pass signals every pid listed at once, zombies included (they are
+    this tree's, so their pids can't be reused yet): asking each which is
+    alive first takes longer than a hopping process lives. What forked
+    during a pass is listed by the next.
+    """
+    give_up = time.monotonic() + KILL_PASSES_S
+    seen: set[int] = set()
+    quiet = 0
+    while time.monotonic() < give_up:
+        listed = descendants(pid)
+        if not listed:  # the common case: the job left nothing behind
+            return
+        for p in listed:
+            _signal(p, signal.SIGKILL)
+        quiet = quiet + 1 if seen.issuperset(listed) else 0
+        if quiet >= QUIET_PASSES:
+            return
+        seen.update(listed)
+        time.sleep(0.001)
 
 
 def become_subreaper() -> None:

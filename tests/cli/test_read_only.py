@@ -6,6 +6,8 @@ errors. `migrate`, `enqueue` and `supervise` still create."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import psycopg
@@ -71,15 +73,19 @@ def test_the_dashboard_command_refuses_a_database_without_the_schema(
     assert not created(dsn)
 
 
+PUBLIC_TABLES = "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'"
+"""The tables a DSN without ``?schema=`` would use (other tests use schemas of their own)."""
+
+
 def test_the_postgres_database_itself_gets_no_schema(
     capsys: pytest.CaptureFixture[str], pg_available: None
 ) -> None:
     with psycopg.connect(PG_URL) as conn:
-        before = conn.execute("SELECT count(*) FROM information_schema.tables").fetchone()
+        before = conn.execute(PUBLIC_TABLES).fetchall()
     code, _, err = run(capsys, "jobs", "--dsn", PG_URL)
     assert code in (0, 1), err  # 0 only when the shared database really has procqueue's schema
     with psycopg.connect(PG_URL) as conn:
-        after = conn.execute("SELECT count(*) FROM information_schema.tables").fetchone()
+        after = conn.execute(PUBLIC_TABLES).fetchall()
     assert before == after
 
 
@@ -100,3 +106,21 @@ def test_migrate_then_reading_works(capsys: pytest.CaptureFixture[str], dsn: str
     assert created(dsn)
     code, out, err = run(capsys, "jobs", "--dsn", dsn)
     assert code == 0 and out == "", err
+
+
+def test_ctrl_c_while_the_command_line_loads_exits_130_without_a_traceback() -> None:
+    """SIGINT arrives (as a KeyboardInterrupt) while the entry point imports
+    the command line's modules."""
+    code = (
+        "import signal, procqueue\n"
+        "def interrupt(*_):\n"
+        "    raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGALRM, interrupt)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.005)\n"
+        "from procqueue.cli import entry\n"
+        "raise SystemExit(entry())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "jobs"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (130, "")
