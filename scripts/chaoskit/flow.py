@@ -10,9 +10,7 @@ The invariants are computed from the attempt history of each job, which the
 claim and the outcome write: an attempt holds its group's slot, and counts
 a start against its rates, from its ``claimed_at`` (written under the claim
 lock) to its ``ended_at`` (its outcome, or its rescue once its lease lapsed:
-a killed supervisor's slot is free only then). A claim stamped during one
-of the run's database stalls committed only after it (its time is taken
-before it waits for the lock), so its span starts at the stall's end. The
+a killed supervisor's slot is free only then). The
 side log's start/end
 stamps come milliseconds later and miss the ends of killed runs, so they
 give figures only.
@@ -68,11 +66,6 @@ class FlowPart:
         """Job id -> its group (tenant jobs only)."""
         self.paced: list[int] = []
         self.figures: dict[str, Any] = {}
-        self.stalls: list[tuple[float, float]] = []
-
-    def committed(self, t: float) -> float:
-        """The earliest a claim stamped `t` can have committed: after the stall it fell in."""
-        return max([t, *(b for a, b in self.stalls if a <= t <= b)])
 
     def plan(self, seed: int) -> Plan:
         rng = random.Random(seed + 3)
@@ -106,17 +99,10 @@ class FlowPart:
                 self.groups[ids[key]] = args["group"]
         self.say(f"flow: {len(self.paced)} paced ({PACED_RATE}), {len(self.groups)} tenant jobs")
 
-    def check(
-        self,
-        infos: dict[int, JobInfo],
-        by_id: dict[int, list[Record]],
-        stalls: list[tuple[float, float]],
-    ) -> list[Check]:
-        """The flow invariants from the histories and the side log, given the run's database
-        stalls (start, end); none when off."""
+    def check(self, infos: dict[int, JobInfo], by_id: dict[int, list[Record]]) -> list[Check]:
+        """The flow invariants from the histories and the side log; none when off."""
         if self.jobs <= 0:
             return []
-        self.stalls = stalls
         history = {i: self.app.get(i).history for i in [*self.paced, *self.groups]}
         self._fairness(history)
         return [
@@ -162,12 +148,14 @@ class FlowPart:
     ) -> Check:
         """At no instant more than the limit of one group's attempts between claim and end."""
         spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        held: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
         side: dict[str, list[tuple[float, float]]] = defaultdict(list)
         for i, g in self.groups.items():
             for a in history[i]:
                 if a.claimed_at is not None:
-                    start = self.committed(a.claimed_at.timestamp())
-                    spans[g].append((start, max(start, a.ended_at.timestamp())))
+                    span = (a.claimed_at.timestamp(), a.ended_at.timestamp())
+                    spans[g].append(span)
+                    held[g].append((*span, f"{i}/{a.attempt} {a.outcome} by {a.supervisor_pid}"))
             starts = {(r.attempt, r.pid): r.t for r in by_id[i] if r.event == "start"}
             for r in by_id[i]:
                 if r.event == "end" and (r.attempt, r.pid) in starts:
@@ -177,7 +165,11 @@ class FlowPart:
             "history": peaks,
             "side_log": {g: peak_concurrency(s) for g, s in side.items()},
         }
-        over = [f"{g} held {p}" for g, p in peaks.items() if p > GROUP_LIMIT]
+        over = [
+            f"{g} held {p}: " + ", ".join(_held_at_peak(held[g]))
+            for g, p in peaks.items()
+            if p > GROUP_LIMIT
+        ]
         return verdict(
             f"never over the group limit ({GROUP_LIMIT} held per group, claim to end)",
             over,
@@ -223,3 +215,13 @@ class FlowPart:
         self.figures["first_claim_of_small_groups"] = {
             g: n for g, n in sorted(first.items()) if g != "big"
         }
+
+
+def _held_at_peak(spans: list[tuple[float, float, str]]) -> list[str]:
+    """The attempts (claimed, ended, name) held together at the first instant most were."""
+    best: list[str] = []
+    for t, _, _ in spans:
+        now = [f"{n} {c % 60:.3f}-{e % 60:.3f}" for c, e, n in spans if c <= t < e]
+        if len(now) > len(best):
+            best = now
+    return best

@@ -67,7 +67,7 @@ class Invariants(Figures):
             self.check(*found)
         if self.cfg.bulk_ops:
             self.figures["bulk"] = self.bulk.figures()
-        for found in self.flow.check(ev.infos, ev.by_id, list(self.stall_windows)):
+        for found in self.flow.check(ev.infos, ev.by_id):
             self.check(*found)
         if self.flow.figures:
             self.figures["flow"] = self.flow.figures
