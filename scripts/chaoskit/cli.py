@@ -103,6 +103,14 @@ def parse_args(argv: list[str] | None) -> Config:
         help="with --batch-members: N bulk cancels and retries of the batch's members "
         "(alternating) during the first half of the chaos",
     )
+    p.add_argument(
+        "--flow-jobs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also enqueue N rate-limited jobs (5/s) and N grouped ones (group_limit=2: one "
+        "big tenant's backlog, then small tenants, two with a group rate of 2/s)",
+    )
     a = p.parse_args(argv)
     if (a.restart_server or a.private_server) and a.backend != "postgres":
         p.error("--restart-server and --private-server need --backend postgres")
@@ -134,6 +142,7 @@ def parse_args(argv: list[str] | None) -> Config:
         batch_members=a.batch_members,
         workflow_nodes=a.workflow_nodes,
         bulk_ops=a.bulk_ops,
+        flow_jobs=a.flow_jobs,
     )
 
 

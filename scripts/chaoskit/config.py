@@ -76,3 +76,5 @@ class Config:
     """Nodes of the chaos workflow (scripts/chaoskit/workflow.py); 0: none."""
     bulk_ops: int = 0
     """Bulk cancels and retries of the batch's members during the chaos (chaoskit/bulk.py)."""
+    flow_jobs: int = 0
+    """Rate-limited jobs, and as many grouped ones (scripts/chaoskit/flow.py); 0: none."""

@@ -35,6 +35,7 @@ class Faults(ChaosState):
         self.batch.enqueue(self.seed, self.enqueue)
         self.workflow = WorkflowPart(self.app, cfg.workflow_nodes, self.say)
         self.workflow.enqueue_graph(self.seed, self.enqueue)
+        self.flow.enqueue(self.seed, self.enqueue)
         self.t_start = time.time()
         t0 = time.monotonic()
         batches = max(1, min(len(plan), int(duration * 0.7 / 1.0)))

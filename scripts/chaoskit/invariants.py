@@ -67,6 +67,10 @@ class Invariants(Figures):
             self.check(*found)
         if self.cfg.bulk_ops:
             self.figures["bulk"] = self.bulk.figures()
+        for found in self.flow.check(ev.infos, ev.by_id):
+            self.check(*found)
+        if self.flow.figures:
+            self.figures["flow"] = self.flow.figures
         if self.workflow is not None and self.workflow.nodes:
             for found in self.workflow.check_graph(ev.infos, ev.by_id):
                 self.check(*found)

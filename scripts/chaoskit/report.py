@@ -46,6 +46,8 @@ class Report(ChaosState):
             lines.append(f"workflow: {wf['seconds']}s, faults meanwhile {wf['faults']}")
         if "bulk" in f:
             lines.append(f"bulk operations on the batch: {f['bulk']}")
+        if "flow" in f:
+            lines.append(f"flow control: {f['flow']}")
         if "flood" in f:
             lines.append(f"flood: {f['flood']['summary']}")
         lines.append("")

@@ -17,6 +17,7 @@ from typing import Any
 from scripts.chaoskit.batch import BatchPart
 from scripts.chaoskit.bulk import BulkOps
 from scripts.chaoskit.config import Config
+from scripts.chaoskit.flow import FlowPart
 from scripts.chaoskit.workflow import WorkflowPart
 from tests.chaos import cluster
 from tests.chaos import jobs as chaos_jobs
@@ -119,6 +120,7 @@ class ChaosState:
         self.bulk = BulkOps(self.app, cfg.bulk_ops, self.say)
         self.workflow: WorkflowPart | None = None
         """The run's workflow part, made as the chaos starts."""
+        self.flow = FlowPart(self.app, cfg.flow_jobs, self.say)
 
     # -- output -------------------------------------------------------------
 

@@ -259,3 +259,30 @@ def node(cx: Context, seconds: float, fail: bool) -> list[int]:
         raise Permanent("a node that fails by design")
     record(cx, "end")
     return parents
+
+
+# -- flow control: the rate-limited and grouped jobs (scripts/chaoskit/flow.py) -----
+
+PACED_RATE = "5/s"
+"""The rate of `paced`: at most 5 starts (claims) in any second, across every supervisor."""
+GROUP_LIMIT = 2
+"""The group limit of `tenant`: at most 2 attempts of one group held at once."""
+
+
+@app.job(rate_limit=PACED_RATE, max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
+def paced(cx: Context, n: int, seconds: float) -> int:
+    """A rate-limited job."""
+    record(cx, "start")
+    time.sleep(seconds)
+    record(cx, "end")
+    return n
+
+
+@app.job(queue="tenants", group_limit=GROUP_LIMIT, max_attempts=PATIENT, backoff=BACKOFF)
+@exclusive
+def tenant(cx: Context, group: str, seconds: float) -> None:
+    """A job of one tenant's group (its `group` option is `group` too)."""
+    record(cx, "start", group)
+    time.sleep(seconds)
+    record(cx, "end", group)
