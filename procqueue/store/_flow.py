@@ -109,6 +109,13 @@ def _of(kind: Any, value: Any, default: Any) -> Any:
     return value if isinstance(value, kind) and not isinstance(value, bool) else default
 
 
+STARTS_KEPT_S = 300.0
+"""How long a start is kept past its window. Claims are stamped before they wait for the
+claim lock, so one may commit after another stamped later: it still counts every start its
+own window holds, as long as none was trimmed. A claim's transaction is bounded by the
+statement and lock timeouts, far below this."""
+
+
 def _rate_keys(row: Any) -> list[str]:
     keys = (row["job_rate_key"], row["group_rate_key"], row["queue_rate_key"])
     return [k for k in keys if isinstance(k, str)]
@@ -120,7 +127,8 @@ def record(db: _dialect.Dialect, tx: _dialect.Tx, choice: _claim.Choice, now: fl
     if choice.starts:
         keys = [key for key, _ in choice.starts]
         tx.execute("flow_start_add", {"keys": db.array(keys), "now": now})
-        tx.execute("flow_starts_trim", {"keys": db.array(sorted(set(keys))), "now": now})
+        trimmed = {"keys": db.array(sorted(set(keys))), "now": now, "kept": STARTS_KEPT_S}
+        tx.execute("flow_starts_trim", trimmed)
     if choice.served:
         served = sorted(choice.served, key=lambda s: s[1])
         base = served[0][1] - 1e-6

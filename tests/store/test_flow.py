@@ -65,6 +65,17 @@ def test_a_rate_counts_every_job_of_a_batch_claim_and_spans_owners(store: Store)
     assert (len(first), len(second)) == (3, 1)
 
 
+def test_a_claim_stamped_before_one_that_committed_first_still_counts_its_window(
+    store: Store,
+) -> None:
+    # Claims are stamped before they wait for the claim lock: one stamped at +10.0 may
+    # commit after one stamped at +10.5, whose trim must not forget the starts at +9.2.
+    ids = insert(store, *[new_job(rate_limit="5/s") for _ in range(12)])
+    assert claim_ids(store, now=BASE + 9.2, count=5) == ids[:5]
+    assert claim_ids(store, now=BASE + 10.5, count=1) == ids[5:6]
+    assert claim_ids(store, now=BASE + 10.0, count=5) == []
+
+
 def test_a_group_rate_limits_each_group_apart(store: Store) -> None:
     a = insert(store, *[new_job(group="a", group_rate="2/m") for _ in range(3)])
     b = insert(store, *[new_job(group="b", group_rate="2/m") for _ in range(3)])

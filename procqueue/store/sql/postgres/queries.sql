@@ -163,10 +163,12 @@ FROM flow_limits l WHERE l.key = ANY(%(keys)s::text[])
 INSERT INTO flow_starts (key, at) SELECT k, %(now)s::float8 FROM unnest(%(keys)s::text[]) AS k
 
 -- flow_starts_trim --
--- Forgets the starts of `keys` that left their window (or whose limit is gone).
+-- Forgets the starts of `keys` that left their window (or whose limit is gone) more than
+-- `kept` seconds ago: a claim stamped before another that committed first still counts them.
 DELETE FROM flow_starts s
 WHERE s.key = ANY(%(keys)s::text[])
-  AND s.at <= %(now)s::float8 - coalesce((SELECT l.period FROM flow_limits l WHERE l.key = s.key), 0)
+  AND s.at <= %(now)s::float8 - %(kept)s::float8
+             - coalesce((SELECT l.period FROM flow_limits l WHERE l.key = s.key), 0)
 
 -- flow_group_served --
 -- Records that a claim served `groups`, in that order, at base + 1e-6, base + 2e-6, ... (the

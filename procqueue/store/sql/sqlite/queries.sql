@@ -156,10 +156,11 @@ FROM flow_limits l WHERE l.key IN (SELECT value FROM json_each(:keys))
 INSERT INTO flow_starts (key, at) SELECT value, :now FROM json_each(:keys)
 
 -- flow_starts_trim --
--- Forgets the starts of `keys` that left their window (or whose limit is gone).
+-- Forgets the starts of `keys` that left their window (or whose limit is gone) more than
+-- `kept` seconds ago: a claim stamped before another that committed first still counts them.
 DELETE FROM flow_starts AS s
 WHERE s.key IN (SELECT value FROM json_each(:keys))
-  AND s.at <= :now - coalesce((SELECT l.period FROM flow_limits l WHERE l.key = s.key), 0)
+  AND s.at <= :now - :kept - coalesce((SELECT l.period FROM flow_limits l WHERE l.key = s.key), 0)
 
 -- flow_group_served --
 -- Records that a claim served `groups`, in that order, at base + 1e-6, base + 2e-6, ... (the
