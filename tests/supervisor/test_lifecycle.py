@@ -102,6 +102,8 @@ def test_a_job_past_its_deadline_fails_instead_of_starting(dsn: str, clock: Manu
     app.close()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)  # 200,000 jobs enqueued, claimed and recorded first: ~2 min on PostgreSQL
 def test_pruning_deletes_old_finished_jobs_in_batches_while_claims_go_on(
     dsn: str, clock: ManualClock
 ) -> None:
