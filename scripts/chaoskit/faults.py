@@ -227,10 +227,12 @@ class Faults(ChaosState):
                 self.drain(self.rng.choice(holding or ready))
                 self.drain_due = False
         elif r < 0.40:
-            # One that supervises: on a loaded machine a start takes seconds, and
-            # killing starts alone would leave no supervisor running (nor cron).
-            if target.ready():
-                self.kill_supervisor(target)
+            # One that supervises: on a loaded machine (or after a server restart) a
+            # start takes seconds, and killing starts alone would leave no supervisor
+            # running (nor cron); any that supervises is a fair target.
+            supervising = [s for s in live if s.ready()]
+            if supervising:
+                self.kill_supervisor(target if target.ready() else self.rng.choice(supervising))
         elif r < 0.92:
             self.kill_child(target)
 

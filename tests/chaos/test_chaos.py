@@ -89,7 +89,9 @@ def assert_invariants(doc: dict[str, Any]) -> None:
 def assert_chaos_happened(doc: dict[str, Any]) -> None:
     f = doc["figures"]
     faults = f["faults"]
-    assert faults.get("kill -9 supervisor", 0) >= 10, faults
+    # only supervisors that supervise are killed (not ones starting or waiting out a
+    # server restart), so a 45 s run on 2 cores reaches 8-15 of them
+    assert faults.get("kill -9 supervisor", 0) >= 6, faults
     assert faults.get("kill -9 child", 0) >= 10, faults
     assert faults.get("SIGTERM (drain)", 0) >= 2, faults
     assert f["jobs"] >= JOBS, f
