@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -191,9 +191,17 @@ class SqlStore(
         lease_until: float,
         now: float,
         start: int | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> _claim.Cycle:
         """`job_record_many` then `job_claim`, in one transaction: a busy
         supervisor's loop pays one commit for both.
+
+        `clock` (the caller's, when given) is read once the claim lock is
+        held: what the claim writes (claimed_at, started_at, rate starts,
+        served groups) is stamped then and `lease_until` moves by as much,
+        so a claim that waited out a stalled database or a busy lock still
+        gets its whole lease. The read of due jobs and spent rates uses
+        `now`, the earlier time, which only ever counts more starts.
 
         The first `start` jobs claimed (all when None) are marked started
         now: they go to idle children at once. The others are reserved
@@ -242,6 +250,8 @@ class SqlStore(
             lost = [o.id for o in outcomes if o.id not in written]
             if count <= 0:
                 return _claim.Cycle(lost=lost, claimed=[])
+            if clock is not None and (held := clock()) > now:
+                lease_until, now = lease_until + held - now, held
             take = functools.partial(self._take, tx, owner=owner, lease_until=lease_until, now=now)
             read = (rows, hidden, params)
             claimed, throttled = _flow.claim(

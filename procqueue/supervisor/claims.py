@@ -139,6 +139,7 @@ class Claims(DbPart):
                 lease_until=lease_until,
                 now=wall,
                 start=start,
+                clock=self.clock.now,
             ),
             on_done=answered,
             on_error=refused,

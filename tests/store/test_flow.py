@@ -5,7 +5,10 @@ what `job_waits` says about a job that waits."""
 
 from __future__ import annotations
 
+import concurrent.futures
+
 from procqueue import models
+from procqueue.clock import FakeClock
 from procqueue.store.base import Store
 from tests.store.factories import (
     BASE,
@@ -18,6 +21,7 @@ from tests.store.factories import (
     new_job,
     record,
 )
+from tests.store.rawdb import RawDb
 
 DONE = models.JobState.DONE
 
@@ -186,3 +190,41 @@ def test_a_claim_names_the_limits_that_held_work_back(store: Store) -> None:
         outcomes=(), owner="o", queues=None, count=4, lease_until=BASE + LEASE, now=BASE + 1
     )
     assert (again.claimed, again.throttled) == ([], ["group_limit g", "rate job:tests.jobs.echo"])
+
+
+# -- the claim's time ------------------------------------------------------------
+
+
+def test_a_claim_that_waited_for_the_database_stamps_the_time_it_got_the_lock(
+    store: Store, raw: RawDb
+) -> None:
+    """A claim's times are read once its lock is held: after a stall the
+    claimed job has its whole lease and its start counts in the window of
+    when it started, not of when the claim was asked for."""
+    first, second = insert(store, *[new_job(rate_limit="1/m") for _ in range(2)])
+    clock = FakeClock(start=BASE)
+    # the stall: a transaction holding what every claim waits for
+    raw.execute("BEGIN IMMEDIATE" if raw.backend == "sqlite" else "BEGIN")
+    if raw.backend == "postgres":
+        raw.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        cycle = pool.submit(
+            store.job_record_and_claim,
+            outcomes=(),
+            owner="owner-1",
+            queues=None,
+            count=2,
+            lease_until=BASE + LEASE,
+            now=BASE,
+            clock=clock.now,
+        )
+        clock.advance(60)
+        raw.execute("COMMIT")
+        assert [job.id for job in cycle.result(timeout=30).claimed] == [first]
+    [(claimed_at, lease_until)] = raw.execute(
+        "SELECT claimed_at, lease_until FROM jobs WHERE id = ?", (first,)
+    )
+    assert (claimed_at, lease_until) == (BASE + 60, BASE + 60 + LEASE)
+    # the window of "1/m" runs from the start at BASE + 60
+    assert claim_ids(store, now=BASE + 119, count=1) == []
+    assert claim_ids(store, now=BASE + 120, count=1) == [second]
