@@ -53,8 +53,10 @@ class Faults(ChaosState):
             if cfg.restart_server:
                 db_faults += [(t0 + duration * f, "restart") for f in (0.3, 0.8)]
             db_faults.sort()
+        # Due in the first 70 % of the run: one comes due while another drains, during a
+        # stall or a server restart's recovery, and waits its turn (they are counted).
         drains = max(2, round(duration / 15))
-        drain_at = [t0 + duration * (i + 1) / (drains + 1) for i in range(drains)]
+        drain_at = [t0 + duration * 0.7 * (i + 1) / (drains + 1) for i in range(drains)]
         # Stalls in the middle of the run (clear of the terminations at 1/3 and
         # 2/3 when there is one), each over before the chaos ends; freezes earlier.
         lo, hi = cfg.stall_seconds
@@ -72,8 +74,9 @@ class Faults(ChaosState):
                 break
             while drain_at and drain_at[0] <= now:
                 drain_at.pop(0)
-                if not self.drain_due:
-                    self.drain_due, self.drain_due_since = True, now
+                if not self.drains_due:
+                    self.drain_due_since = now
+                self.drains_due += 1
             # During a stall or a freeze enqueues wait for it: a supervisor frozen inside
             # a SQLite transaction holds the file's write lock until it is thawed, and
             # an enqueue waiting here would hold up the thaw itself.
@@ -143,6 +146,7 @@ class Faults(ChaosState):
             start = held[0] if held else released
             with self.lock:
                 self.stall_windows.append((requested, released))
+                self.db_fault_spans.append((requested, released))
                 self.stall_held.append(released - start)
             self.faults["database stall"] += 1
             self.event("stall", requested=requested, held=start, released=released, seconds=seconds)
@@ -218,14 +222,16 @@ class Faults(ChaosState):
             # their children are still fair game.
             if r < 0.6:
                 self.kill_child(target)
-        elif self.drain_due and not draining and len(live) >= 2:
+        elif self.drains_due and not draining and len(live) >= 2 and not self.db_away(time.time()):
             # one running a job longer than the grace, whose job it hands back;
-            # any, once none did for 10 s
+            # any, once none did for 4 s. Not while leases may run out because the
+            # database was away (a hand-back written after its lease ran out is late).
             ready = [s for s in live if s.ready()]
             holding = [s for s in ready if any(".slow#" in procfs.title(k) for k in s.children())]
-            if holding or (ready and time.monotonic() > self.drain_due_since + 10):
+            if holding or (ready and time.monotonic() > self.drain_due_since + 4):
                 self.drain(self.rng.choice(holding or ready))
-                self.drain_due = False
+                self.drains_due -= 1
+                self.drain_due_since = time.monotonic()
         elif r < 0.40:
             # One that supervises: on a loaded machine (or after a server restart) a
             # start takes seconds, and killing starts alone would leave no supervisor
@@ -240,6 +246,7 @@ class Faults(ChaosState):
         if what == "terminate":
             n = self.db.terminate_backends()
             self.terminated.append(n)
+            self.db_fault_spans.append((time.time(), time.time()))
             self.faults["terminate every procqueue backend"] += 1
             self.event("terminate_backends", count=n)
             self.say(f"terminated {n} procqueue backends")
@@ -254,6 +261,7 @@ class Faults(ChaosState):
             # Leases may expire while the server is away; until the old owner's
             # next renewal its child may still run (docs/guarantees.md, Fencing).
             self.restart_windows.append((t0, time.time() + 2 * self.cfg.lease + 5.0))
+            self.db_fault_spans.append((t0, time.time()))
             self.restart_seconds.append(took)
             self.faults["PostgreSQL server restart"] += 1
             self.event("restart_server", seconds=took)

@@ -45,6 +45,15 @@ class Invariants(Figures):
         """Whether `t` falls where the database was away for longer than a lease."""
         return any(a <= t <= b for a, b in self.restart_windows)
 
+    def db_away(self, a: float, b: float | None = None) -> bool:
+        """Whether a lease running in [a, b] (default [a, a]) may have run out because
+        we took the database away: a restart, a stall or broken connections, each
+        followed by a lease and a reconnection."""
+        b = a if b is None else b
+        with self.lock:
+            spans = list(self.db_fault_spans)
+        return any(s <= b and a - self.cfg.lease <= e + 2.0 for s, e in spans)
+
     def retried(self, id: int) -> bool:
         """Whether job `id` was retried after it ran (a bulk retry resets its
         attempts, so its history repeats an attempt number)."""
@@ -384,6 +393,7 @@ class Invariants(Figures):
                     slow.append(
                         f"pid {pid} ({title}) of supervisor {c.supervisor}: "
                         + ("never seen dead" if died is None else f"{died - c.t:.2f}s")
+                        + (f" ({c.stuck[pid]})" if pid in c.stuck else "")
                     )
                 if died is not None:
                     worst = max(worst, died - c.t)
@@ -412,7 +422,12 @@ class Invariants(Figures):
         ]
         bad_exit += [f"{n}: {c}" for n, c in self.stop_codes if c != 0]
         spent, handed_back = [], 0
+        late = [  # the database taken away between the signal and the exit: leases may run out
+            s for s in drains if self.db_away(s.drain["t"], s.drain.get("exited", s.drain["t"]))
+        ]
         for s in drains:
+            if s in late:
+                continue
             for job_id, pid in s.drain["held"].items():
                 i = int(job_id)
                 if i not in infos or kinds[i] in SHOULD_FAIL:
@@ -453,6 +468,7 @@ class Invariants(Figures):
             not bad_exit and not spent,
             f"{len(drains)} drains during chaos + {len(self.stop_codes)} final stops; "
             f"{handed_back} jobs handed back"
+            + (f" ({len(late)} drains overlapped a database fault, not judged)" if late else "")
             + (f"; bad exits {bad_exit}" if bad_exit else "")
             + (": " + "; ".join(spent[:5]) if spent else ""),
         )

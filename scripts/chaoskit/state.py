@@ -40,6 +40,8 @@ class DeathCheck:
     children: dict[int, str]
     dead_at: dict[int, float] = field(default_factory=dict)
     done: bool = False
+    stuck: dict[int, str] = field(default_factory=dict)
+    """What /proc said of each child still alive past the limit (`procfs.diagnose`)."""
 
 
 class ChaosState:
@@ -96,7 +98,7 @@ class ChaosState:
         self.invariants: list[Invariant] = []
         self.stop_codes: list[tuple[str, int | None]] = []
         self._reported: set[int] = set()
-        self.drain_due = False
+        self.drains_due = 0
         self.drain_due_since = 0.0
         self.backlog: list[int] = []
         self.restart_windows: list[tuple[float, float]] = []
@@ -105,6 +107,8 @@ class ChaosState:
         supervisor kill or freeze starts meanwhile (see `_stall`)."""
         self.stall_thread: threading.Thread | None = None
         self.stall_windows: list[tuple[float, float]] = []
+        self.db_fault_spans: list[tuple[float, float]] = []
+        """When we took the database away (restarts, stalls, broken connections)."""
         """(requested, released) of each stall: from the request on, new
         requests queue behind it."""
         self.stall_held: list[float] = []

@@ -30,6 +30,8 @@ class Watchers(ChaosState):
                     if pid not in check.dead_at and not procfs.alive(pid):
                         check.dead_at[pid] = now
                         procfs.reap(pid)
+                    elif pid not in check.dead_at and now - check.t > CHILD_DEATH_LIMIT_S:
+                        check.stuck.setdefault(pid, procfs.diagnose(pid))
                 if len(check.dead_at) == len(check.children) or now - check.t > 10:
                     check.done = True
             sups = self.supervisor_pids()
@@ -42,7 +44,9 @@ class Watchers(ChaosState):
                     continue  # not ours to judge
                 if now - first > CHILD_DEATH_LIMIT_S and pid not in self._reported:
                     self._reported.add(pid)
-                    self.orphan_violations.append(f"pid {pid} ({title}) orphaned for > 2 s")
+                    self.orphan_violations.append(
+                        f"pid {pid} ({title}) orphaned for > 2 s: {procfs.diagnose(pid)}"
+                    )
 
     def _sample(self) -> None:
         """The limited queue's running count, through a connection of our own."""

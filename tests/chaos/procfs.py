@@ -112,3 +112,33 @@ def kill_pid(pid: int, sig: signal.Signals, *, expected_parent: int | None = Non
         return False
     finally:
         os.close(fd)
+
+
+def diagnose(pid: int) -> str:
+    """Why `pid` may still live, in one line: its state, each thread's wait
+    channel, and for each pipe it reads, which other processes hold it."""
+    fields = _stat(pid)
+    if fields is None:
+        return "gone"
+    waits = []
+    with contextlib.suppress(OSError):
+        for task in sorted(os.listdir(f"/proc/{pid}/task")):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/wchan") as f:
+                waits.append(f.read().strip() or "-")
+    pipes: dict[str, int] = {}
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("pipe:"):
+                    pipes[target] = int(fd)
+    holders: dict[str, list[int]] = {p: [] for p in pipes}
+    for other in (d for d in os.listdir("/proc") if d.isdigit() and int(d) != pid):
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(f"/proc/{other}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{other}/fd/{fd}")
+                    if target in holders:
+                        holders[target].append(int(other))
+    held = ", ".join(f"fd {pipes[p]} {p} also held by {sorted(set(h))}" for p, h in holders.items())
+    return f"state {fields[0]}, parent {fields[1]}, threads waiting in {waits}; pipes: {held}"
