@@ -117,3 +117,13 @@ def test_migrations_are_numbered_up_to_the_schema_version(backend: str) -> None:
         pytest.skip("the postgres backend's SQL does not exist yet")
     versions = [version for version, _ in _queries.migrations(backend)]
     assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_parts_are_put_in_place_and_not_queries_of_their_own(backend: str) -> None:
+    queries = _queries.load(backend)
+    assert not [name for name in queries if name.startswith("_")]
+    assert not [name for name, sql in queries.items() if "<<" in sql]
+    # the two claim reads filter due work with the same text
+    filters = "AND queue NOT IN (SELECT name FROM queues WHERE paused"
+    assert filters in queries["job_candidates"] and filters in queries["job_group_heads"]

@@ -57,6 +57,46 @@ LIMIT :limit
 -- Limits and paused flags of every configured queue.
 SELECT name, concurrency, paused, limit_by, limit_at FROM queues
 
+-- _claim_spent --
+-- The rate limits spent in their window now (a part of job_candidates and job_group_heads).
+WITH spent AS (
+    SELECT l.key FROM flow_limits l
+    WHERE l.rate <= (SELECT count(*) FROM flow_starts s
+                     WHERE s.key = l.key AND s.at > :now - l.period))
+
+-- _claim_columns --
+-- What a claim reads of each candidate (a part of job_candidates and job_group_heads).
+SELECT id, queue, serial_key, group_key, priority, run_at,
+       (SELECT q.concurrency - (SELECT count(*) FROM jobs r
+                                WHERE r.state = 'running' AND r.queue = jobs.queue)
+        FROM queues q WHERE q.name = jobs.queue) AS room,
+       group_limit - (SELECT count(*) FROM jobs g
+                      WHERE g.state = 'running' AND g.group_key = jobs.group_key) AS group_room,
+       (SELECT f.served_at FROM flow_groups f WHERE f.group_key = jobs.group_key) AS served_at,
+       CASE WHEN rate_limit IS NOT NULL THEN 'job:' || name END AS job_rate_key,
+       CASE WHEN group_rate IS NOT NULL THEN 'group:' || group_key END AS group_rate_key,
+       CASE WHEN 'queue:' || queue IN (SELECT key FROM flow_limits) THEN 'queue:' || queue END
+       AS queue_rate_key
+
+-- _claim_filters --
+-- The work a claim may take now (a part of job_candidates and job_group_heads): see
+-- job_candidates.
+  AND (deadline_at IS NULL OR deadline_at > :now)
+  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+  AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
+  AND queue NOT IN (SELECT q.name FROM queues q WHERE q.concurrency IS NOT NULL
+                    AND q.concurrency <= (SELECT count(*) FROM jobs r
+                                          WHERE r.state = 'running' AND r.queue = q.name))
+  AND (serial_key IS NULL OR serial_key NOT IN
+       (SELECT s.serial_key FROM jobs s WHERE s.state = 'running' AND s.serial_key IS NOT NULL))
+  AND (group_limit IS NULL OR group_key IS NULL
+       OR group_limit > (SELECT count(*) FROM jobs g
+                         WHERE g.state = 'running' AND g.group_key = jobs.group_key))
+  AND (rate_limit IS NULL OR 'job:' || name NOT IN (SELECT key FROM spent))
+  AND (group_rate IS NULL OR group_key IS NULL
+       OR 'group:' || group_key NOT IN (SELECT key FROM spent))
+  AND 'queue:' || queue NOT IN (SELECT key FROM spent)
+
 -- job_candidates --
 -- Due pending jobs in claim order, from the wanted queues (NULL: all), skipping paused queues,
 -- queues at their limit, serial keys already running, groups at their group_limit and work
@@ -66,38 +106,11 @@ SELECT name, concurrency, paused, limit_by, limit_at FROM queues
 -- served; the rate keys name the limits a start counts against.
 -- Mirrors the other dialect's job_candidates line for line (see the top of this file).
 -- Walks the jobs_claim partial index.
-WITH spent AS (
-    SELECT l.key FROM flow_limits l
-    WHERE l.rate <= (SELECT count(*) FROM flow_starts s
-                     WHERE s.key = l.key AND s.at > :now - l.period))
-SELECT id, queue, serial_key, group_key, priority, run_at,
-       (SELECT q.concurrency - (SELECT count(*) FROM jobs r
-                                WHERE r.state = 'running' AND r.queue = jobs.queue)
-        FROM queues q WHERE q.name = jobs.queue) AS room,
-       group_limit - (SELECT count(*) FROM jobs g
-                      WHERE g.state = 'running' AND g.group_key = jobs.group_key) AS group_room,
-       (SELECT f.served_at FROM flow_groups f WHERE f.group_key = jobs.group_key) AS served_at,
-       CASE WHEN rate_limit IS NOT NULL THEN 'job:' || name END AS job_rate_key,
-       CASE WHEN group_rate IS NOT NULL THEN 'group:' || group_key END AS group_rate_key,
-       CASE WHEN 'queue:' || queue IN (SELECT key FROM flow_limits) THEN 'queue:' || queue END
-       AS queue_rate_key
+<<_claim_spent>>
+<<_claim_columns>>
 FROM jobs
 WHERE state = 'pending' AND run_at <= :now
-  AND (deadline_at IS NULL OR deadline_at > :now)
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-  AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
-  AND queue NOT IN (SELECT q.name FROM queues q WHERE q.concurrency IS NOT NULL
-                    AND q.concurrency <= (SELECT count(*) FROM jobs r
-                                          WHERE r.state = 'running' AND r.queue = q.name))
-  AND (serial_key IS NULL OR serial_key NOT IN
-       (SELECT s.serial_key FROM jobs s WHERE s.state = 'running' AND s.serial_key IS NOT NULL))
-  AND (group_limit IS NULL OR group_key IS NULL
-       OR group_limit > (SELECT count(*) FROM jobs g
-                         WHERE g.state = 'running' AND g.group_key = jobs.group_key))
-  AND (rate_limit IS NULL OR 'job:' || name NOT IN (SELECT key FROM spent))
-  AND (group_rate IS NULL OR group_key IS NULL
-       OR 'group:' || group_key NOT IN (SELECT key FROM spent))
-  AND 'queue:' || queue NOT IN (SELECT key FROM spent)
+<<_claim_filters>>
 ORDER BY priority DESC, run_at, id
 LIMIT :limit
 
@@ -105,21 +118,8 @@ LIMIT :limit
 -- job_candidates, among the first 4 due jobs of each group in serving order (least recently
 -- served first): the jobs that let a claim rotate across groups whatever their backlogs.
 -- Probes each group's jobs_group_claim range.
-WITH spent AS (
-    SELECT l.key FROM flow_limits l
-    WHERE l.rate <= (SELECT count(*) FROM flow_starts s
-                     WHERE s.key = l.key AND s.at > :now - l.period))
-SELECT id, queue, serial_key, group_key, priority, run_at,
-       (SELECT q.concurrency - (SELECT count(*) FROM jobs r
-                                WHERE r.state = 'running' AND r.queue = jobs.queue)
-        FROM queues q WHERE q.name = jobs.queue) AS room,
-       group_limit - (SELECT count(*) FROM jobs g
-                      WHERE g.state = 'running' AND g.group_key = jobs.group_key) AS group_room,
-       (SELECT f.served_at FROM flow_groups f WHERE f.group_key = jobs.group_key) AS served_at,
-       CASE WHEN rate_limit IS NOT NULL THEN 'job:' || name END AS job_rate_key,
-       CASE WHEN group_rate IS NOT NULL THEN 'group:' || group_key END AS group_rate_key,
-       CASE WHEN 'queue:' || queue IN (SELECT key FROM flow_limits) THEN 'queue:' || queue END
-       AS queue_rate_key
+<<_claim_spent>>
+<<_claim_columns>>
 FROM jobs
 WHERE id IN (SELECT h.id
              FROM (SELECT group_key FROM flow_groups ORDER BY served_at LIMIT :limit) f
@@ -129,21 +129,7 @@ WHERE id IN (SELECT h.id
                    AND x.state = 'pending' AND x.run_at <= :now
                  ORDER BY x.group_key, x.priority DESC, x.run_at, x.id LIMIT 4))
   AND state = 'pending' AND run_at <= :now
-  AND (deadline_at IS NULL OR deadline_at > :now)
-  AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
-  AND queue NOT IN (SELECT name FROM queues WHERE paused = 1)
-  AND queue NOT IN (SELECT q.name FROM queues q WHERE q.concurrency IS NOT NULL
-                    AND q.concurrency <= (SELECT count(*) FROM jobs r
-                                          WHERE r.state = 'running' AND r.queue = q.name))
-  AND (serial_key IS NULL OR serial_key NOT IN
-       (SELECT s.serial_key FROM jobs s WHERE s.state = 'running' AND s.serial_key IS NOT NULL))
-  AND (group_limit IS NULL OR group_key IS NULL
-       OR group_limit > (SELECT count(*) FROM jobs g
-                         WHERE g.state = 'running' AND g.group_key = jobs.group_key))
-  AND (rate_limit IS NULL OR 'job:' || name NOT IN (SELECT key FROM spent))
-  AND (group_rate IS NULL OR group_key IS NULL
-       OR 'group:' || group_key NOT IN (SELECT key FROM spent))
-  AND 'queue:' || queue NOT IN (SELECT key FROM spent)
+<<_claim_filters>>
 
 -- flow_rooms --
 -- How many more starts each of `keys` allows in its window now (keys without a limit: none).
