@@ -137,6 +137,15 @@ def handed_back(job: models.ClaimedJob, *, now: float) -> models.Outcome:
     )
 
 
+def unclaimed(held: set[tuple[int, int]], *, now: float) -> list[models.Outcome]:
+    """Hand-backs (attempt unspent, due at `now`) of the (id, attempt) pairs
+    the database says this owner holds and the supervisor does not know."""
+    return [
+        models.Outcome(id=i, attempt=n, state=models.JobState.PENDING, run_at=now, refund=True)
+        for i, n in sorted(held)
+    ]
+
+
 def cancelled(job: models.ClaimedJob, error: str) -> models.Outcome:
     return models.Outcome(
         id=job.id, attempt=job.attempt, state=models.JobState.CANCELLED, error=error

@@ -122,6 +122,8 @@ class Claims(DbPart):
             if count:
                 self.want = True
             if not isinstance(exc, errors.StoreRejected):
+                if count:  # the answer of its commit may be what was lost: renew now
+                    self.renew_at = min(self.renew_at, self.clock.monotonic())
                 return
             if len(batch) > 1:
                 self._solo = len(batch)  # find the one the database refuses
@@ -146,14 +148,14 @@ class Claims(DbPart):
         )
 
     def renew(self, now: float) -> None:
-        """Every third of a lease: renews, in one statement, the lease of every job
-        held (running or reserved); lost ones are ended, children told the
-        time left, requested cancels honoured."""
+        """Every third of a lease, idle or not, and at once after a claim that
+        may have committed unseen: renews, in one statement, the lease of every
+        job the owner holds in the database (running or reserved); lost ones
+        are ended, unknown ones handed back, children told the time left,
+        requested cancels honoured."""
         if now < self.renew_at or self.db.busy("renew"):
             return
         self.renew_at = now + self.lease.renew_every
-        if not self.attempts.all() and not self.attempts.unwritten():
-            return
         lease_until = self.lease.until(self.clock.now())
 
         def renewed(renewal: Renewal) -> None:

@@ -18,6 +18,7 @@ a child idles, and a reserved job handed back never reached any child.
 from __future__ import annotations
 
 import collections
+import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,10 +41,13 @@ from procqueue.supervisor.attempt import (
     replied,
     short_exit,
     step_clock,
+    unclaimed,
 )
 from procqueue.supervisor.children.slots import Children, Death
 from procqueue.supervisor.lease import Lease
 from procqueue.supervisor.settings import Settings
+
+log = logging.getLogger("procqueue.supervisor")
 
 
 @dataclass(eq=False, kw_only=True)
@@ -356,7 +360,17 @@ class Attempts:
     def renewed(self, *, alive: set[tuple[int, int]], lease_until: float) -> None:
         """A renewal answered: attempts the owner lost are ended and their
         unwritten outcomes dropped (their jobs were rescued elsewhere: nothing
-        may be written); the others' children learn their time left."""
+        may be written); the others' children learn their time left.
+
+        An attempt held in the database that is not running, reserved or
+        waiting to be written here was claimed by a call whose answer was lost
+        after it committed (calls answer in order): it is handed back."""
+        known = {(a.job.id, a.job.attempt) for a in self.all()}
+        known |= {(o.id, o.attempt) for o in self._outcomes}
+        for outcome in unclaimed(alive - known, now=self.clock.now()):
+            log.warning("job %d: held by a claim whose answer was lost; handed back", outcome.id)
+            self._outcomes.append(outcome)
+            self._freed = True
         left = self.lease.left(lease_until, self.clock.now())
         for a in [r for r in self.reserved if (r.job.id, r.job.attempt) not in alive]:
             self.unreserve(a, None)

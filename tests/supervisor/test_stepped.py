@@ -186,3 +186,27 @@ def test_a_job_claimed_ahead_is_never_started_once_its_lease_ran_out(
         assert not sup.attempts.reserved and job_id not in sup.attempts.job_of().values()
     assert not [e for e in seen if isinstance(e, events.Started)]
     assert app.get(job_id).state == JobState.RUNNING  # left to the rescue of its lease
+
+
+def test_a_claim_whose_answer_was_lost_is_handed_back_unspent_and_run(
+    app: App, clock: FakeClock
+) -> None:
+    """A claim can commit and its answer be lost (the connection dies between
+    the server's commit and the reply): the database then says this owner
+    holds a job the supervisor never heard of. The next renewal, made idle
+    or not, hands it back with its attempt unspent, and it runs once."""
+    with stepped(app, clock, lease=30.0) as sup:
+        until(sup, "a child to be ready", sup.attempts.idle)
+        # not stepped from here on: the claim below is the one whose answer was lost
+        job_id = app.enqueue(JOB + "add", {"a": 1, "b": 2})
+        app.store.job_claim(
+            owner=sup.owner, queues=None, count=1, lease_until=clock.now() + 30, now=clock.now()
+        )
+        clock.advance(10.0)  # a third of the lease: the next renewal is due
+        info = until(sup, "the job to be done", lambda: _done(app, job_id))
+    assert (info.result, info.attempts) == (3, 1)
+
+
+def _done(app: App, job_id: int) -> Any:
+    info = app.get(job_id)
+    return info if info.state == JobState.DONE else None
