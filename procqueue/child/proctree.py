@@ -17,6 +17,7 @@ import time
 
 _PAGE_MB = os.sysconf("SC_PAGE_SIZE") / (1024 * 1024)
 _PR_SET_CHILD_SUBREAPER = 36
+_PR_SET_PDEATHSIG = 1
 
 
 def children(pid: int) -> list[int]:
@@ -126,3 +127,18 @@ def become_subreaper() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def continue_when_orphaned() -> None:
+    """Asks the kernel for a SIGCONT to this process when its parent (the
+    supervisor, or the fork server's template, which ends with it) dies.
+
+    Killing a tree stops its root first (`signal_tree`): a supervisor that
+    dies between that SIGSTOP and its SIGKILL would leave the child stopped
+    for ever, unable to see its pipe end. Continued, it sees the end and
+    exits, ending its job's tree. A SIGCONT at any other time does nothing.
+    Cleared by the kernel when credentials change: call it after them
+    (Linux; a no-op elsewhere)."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGCONT), 0, 0, 0)

@@ -111,6 +111,7 @@ def serve_app(app: App, spec: str, index: int, rfd: int, wfd: int) -> int:
         hello = protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION, error=words)
         protocol.write_all(wfd, protocol.encode(hello))
         return 1
+    proctree.continue_when_orphaned()
     protocol.write_all(
         wfd, protocol.encode(protocol.Hello(pid=os.getpid(), version=protocol.PROTOCOL_VERSION))
     )

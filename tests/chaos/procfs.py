@@ -47,6 +47,12 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] not in ("Z", "X")
 
 
+def stopped(pid: int) -> bool:
+    """True while `pid` is stopped by a signal (SIGSTOP)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] == "T"
+
+
 def parent(pid: int) -> int | None:
     fields = _stat(pid)
     return None if fields is None else int(fields[1])

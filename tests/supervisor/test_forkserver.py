@@ -257,6 +257,48 @@ def test_the_template_and_its_children_end_with_the_supervisor() -> None:
     wait_until(lambda: not procfs.alive(child), what="the child to exit")
 
 
+@pytest.mark.parametrize("through", ["template", "spawned"])
+def test_a_child_stopped_by_a_supervisor_killed_mid_kill_still_ends(through: str) -> None:
+    """Killing a tree stops its root first: a supervisor killed between that
+    SIGSTOP and its SIGKILL must not leave the child stopped for ever. It is
+    continued when its parent dies (the supervisor, or the template ending
+    with it), sees its pipe end and exits."""
+    start = (
+        "child = ForkServer({spec!r}).spawn(1)"
+        if through == "template"
+        else "child = ChildProcess(spec={spec!r}, index=1, env=None)"
+    )
+    script = textwrap.dedent(
+        f"""
+        import signal
+        from procqueue.supervisor.children.forkserver import ForkServer
+        from procqueue.supervisor.children.process import ChildProcess
+        {start.format(spec=SPEC)}
+        print(child.pid, flush=True)
+        signal.pause()
+        """
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=ROOT, env=ENV, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None
+        child = int(holder.stdout.readline())
+        wait_until(lambda: "idle" in procfs.title(child), what="the child to be ready")
+        os.kill(child, signal.SIGSTOP)  # what the supervisor's kill does first
+        wait_until(lambda: procfs.stopped(child), what="the child to stop")
+    finally:
+        holder.kill()
+        holder.wait(10)
+        if holder.stdout is not None:
+            holder.stdout.close()
+    try:
+        wait_until(lambda: not procfs.alive(child), what="the stopped child to exit")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)  # when it failed: leave nothing stopped behind
+
+
 def test_closing_the_fork_server_ends_the_template_with_0(server: ForkServer) -> None:
     assert wait_until(server.ready, what="the template to load the app")
     assert server.alive()
