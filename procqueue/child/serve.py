@@ -77,7 +77,13 @@ def become_job_user(ids: str | None) -> None:
 
 def _reap_leftovers() -> None:
     """Ends what the job left running and collects the zombies (this child is
-    their subreaper)."""
+    their subreaper). A child with no child process at all, alive or zombie,
+    has no descendant either (orphans below it are adopted by it): one
+    `waitpid` then says so, without reading /proc (most jobs start nothing)."""
+    try:
+        os.waitpid(-1, os.WNOHANG)  # collects a zombie, if one is there
+    except ChildProcessError:
+        return
     proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:

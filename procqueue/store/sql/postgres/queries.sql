@@ -246,13 +246,16 @@ RETURNING id
 -- a child at once; the others wait in the supervisor's memory (started_at NULL: reserved). A row with no attempt
 -- left (attempts not below max_attempts, which a pending job never has) gets attempt 0, which
 -- the claim refuses: the increment can't overflow the column and fail the whole claim.
+-- Each row found by its key (a join on the ids: `id = ANY` lets a planner without statistics
+-- walk all of jobs_claim, which holds id too).
 UPDATE jobs
 SET state = 'running', owner = %(owner)s,
     attempts = CASE WHEN attempts < max_attempts THEN attempts + 1 ELSE 0 END,
     lease_until = %(lease_until)s::float8, claimed_at = %(now)s::float8, cancel_requested = false,
-    started_at = CASE WHEN id = ANY(%(started)s::bigint[]) THEN %(now)s::float8 END
-WHERE id = ANY(%(ids)s::bigint[]) AND state = 'pending'
-RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
+    started_at = CASE WHEN jobs.id = ANY(%(started)s::bigint[]) THEN %(now)s::float8 END
+FROM unnest(%(ids)s::bigint[]) AS taken(id)
+WHERE jobs.id = taken.id AND state = 'pending'
+RETURNING jobs.id, attempts, name, queue, args, max_attempts, timeout, max_memory, backoff,
           deadline_at, serial_key, run_at, snoozes, max_snoozes, headers,
           EXISTS (SELECT 1 FROM job_deps d WHERE d.job_id = jobs.id) AS has_deps,
           (SELECT coalesce(jsonb_object_agg(s.name, s.value), '{}'::jsonb)
@@ -800,17 +803,21 @@ RETURNING job_id
 -- below those that ended failed or cancelled, every blocked job downstream: the cancel may run
 -- down to them, level by level, and locking them then, after rows of a lower level with higher
 -- ids, would cross the id order another ending takes (a deadlock).
+-- Driven by the edges (job_deps_depends_on), each dependent then found by its key: the cost
+-- follows the dependents, never the size of the jobs table.
 WITH RECURSIVE down(id) AS (
     SELECT e.job_id FROM job_deps e JOIN jobs r ON r.id = e.depends_on
     WHERE e.depends_on = ANY(%(ids)s::bigint[]) AND r.state IN ('failed', 'cancelled')
   UNION
     SELECT e.job_id FROM job_deps e JOIN down ON e.depends_on = down.id
+), hit(id) AS (
+    SELECT job_id FROM job_deps WHERE depends_on = ANY(%(ids)s::bigint[])
+  UNION
+    SELECT id FROM down
 )
-SELECT id FROM jobs
-WHERE state = 'blocked'
-  AND (id IN (SELECT job_id FROM job_deps WHERE depends_on = ANY(%(ids)s::bigint[]))
-       OR id IN (SELECT id FROM down))
-ORDER BY id FOR UPDATE
+SELECT j.id FROM hit JOIN jobs j ON j.id = hit.id
+WHERE j.state = 'blocked'
+ORDER BY j.id FOR UPDATE OF j
 
 -- dep_cancel_dependents --
 -- Blocked dependents (without allow_failure) of the given jobs that ended failed or
