@@ -16,6 +16,7 @@ goes straight back, its attempt unspent.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 
 from procqueue import errors, events, models
@@ -30,6 +31,12 @@ AHEAD_S = 0.01
 """Work reserved per child beyond the job it runs, in seconds of recent job time."""
 AHEAD_MAX = 16
 """Most jobs reserved per child."""
+GATHER_S = 0.005
+"""While every child has a reserved job to go to next, a cycle waits this
+long after the last one answered, so that one commit carries more outcomes
+and claims (no child waits for it: each has its next job already). Real
+time, not the supervisor's clock: a batching pause that nothing is promised
+by, which a test's stopped clock must not turn into a stall."""
 LONG_JOB_S = 1.0
 """Jobs that take this long on average are not claimed ahead: a reserved
 job must not wait long in one supervisor while another idles."""
@@ -67,6 +74,8 @@ class Claims(DbPart):
         """When the leases of every held job are renewed next (monotonic)."""
         self.cancels_at = self.clock.monotonic()
         """When cancel requests are looked for next (monotonic)."""
+        self._gather_until = 0.0
+        """Until when a cycle waits for more work to carry (`time.monotonic`)."""
 
     def start(self, now: float) -> None:
         """The supervisor started at monotonic `now`: the first renewal is
@@ -96,9 +105,17 @@ class Claims(DbPart):
             held += i in self.attempts.running
         return max(0, capacity - held - len(self.attempts.reserved))
 
+    def gathering(self) -> float:
+        """How long the next cycle waits for more to carry (0: it need not):
+        while every child has a reserved job to take next, none waits for it."""
+        left = self._gather_until - time.monotonic()
+        if left <= 0 or self._stopped:
+            return 0.0
+        return left if len(self.attempts.reserved) >= len(self.pool.available()) else 0.0
+
     def step(self, now: float) -> None:
         """Submits one cycle if there is something to write or room to fill."""
-        if self.db.busy("cycle") or not self.db.ok(now):
+        if self.db.busy("cycle") or not self.db.ok(now) or self.gathering():
             return
         claim_due = self.want or now >= self.next_at
         count = self.room() if claim_due else 0
@@ -113,6 +130,7 @@ class Claims(DbPart):
         start = max(0, len(self.attempts.idle()) - len(self.attempts.reserved))
 
         def answered(cycle: Cycle) -> None:
+            self._gather_until = time.monotonic() + GATHER_S
             self._recorded(batch, cycle.lost)
             self._dispatch(cycle, lease_until, start)
             if count and len(cycle.claimed) == count:

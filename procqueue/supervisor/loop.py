@@ -259,7 +259,10 @@ class Supervisor:
         if self.pool.any_dead():
             return 0.005
         claimable = bool(self.claims.room())
-        if self.claims.want and claimable and not self.db.busy("cycle"):
+        gather = self.claims.gathering()
+        if gather:
+            claimable = False  # due once the gathering ends (below), not before
+        elif self.claims.want and claimable and not self.db.busy("cycle"):
             return 0.0
         due = [self.claims.renew_at, self._timers["maintain"], now + self.settings.poll]
         due.append(self.heartbeat.next_at)
@@ -268,6 +271,7 @@ class Supervisor:
         if self.attempts.all():
             due.append(self.claims.cancels_at)
         extras = (
+            now + gather if gather else None,
             self.limits.next_due(),
             self.writes.next_due(),
             self.pool.next_kill(),
