@@ -115,19 +115,25 @@ class Flusher:
                 self._cond.notify()
 
     def _watch(self) -> None:
-        with self._cond:
-            while True:
-                if self._due is None:
-                    self._cond.wait()
-                    continue
-                when, channel = self._due
-                left = when - time.monotonic()
-                if left > 0:
-                    self._cond.wait(left)
-                    continue
-                self._due = None
-                with contextlib.suppress(OSError):
-                    channel.flush_progress()
+        while True:
+            with self._cond:
+                while True:
+                    if self._due is None:
+                        self._cond.wait()
+                        continue
+                    when, channel = self._due
+                    left = when - time.monotonic()
+                    if left > 0:
+                        self._cond.wait(left)
+                        continue
+                    self._due = None
+                    break
+            # Sent with the condition released: a job's `progress` holds its
+            # channel's lock while it calls `at`, so the two locks are never
+            # held in the other order (that order deadlocked a job that
+            # reported progress in a tight loop).
+            with contextlib.suppress(OSError):
+                channel.flush_progress()
 
 
 class Inbox:

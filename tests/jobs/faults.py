@@ -70,6 +70,17 @@ def final_progress(cx: Context, n: int) -> int:
     return n
 
 
+@app.job(max_attempts=1)
+def progress_storm(cx: Context, seconds: float) -> int:
+    """Reports progress in a tight loop for `seconds`; how many times."""
+    end = time.monotonic() + seconds
+    calls = 0
+    while time.monotonic() < end:
+        cx.progress(fraction=calls % 100 / 100)
+        calls += 1
+    return calls
+
+
 @app.job(max_attempts=3)
 def fail_after_gate(cx: Context, gate: str) -> None:
     """Fails (retryably) as soon as `gate` exists."""

@@ -136,6 +136,15 @@ def test_the_last_progress_is_recorded_with_the_outcome(app: App) -> None:
     assert (info.progress, info.fraction) == ("final", 1.0)
 
 
+def test_a_job_reporting_progress_in_a_tight_loop_ends_on_time(app: App) -> None:
+    """Progress held back for its turn is sent by the child's flusher thread
+    while the job keeps calling: neither may wait for the other."""
+    with supervising(app, FSPEC, workers=1):
+        job_id = app.enqueue(FJOB + "progress_storm", {"seconds": 1.5})
+        info = app.wait(job_id, timeout=30)
+    assert info.state == JobState.DONE and info.result > 1000
+
+
 # -- a database that stalls -------------------------------------------------------
 
 
