@@ -41,6 +41,9 @@ class BatchPart:
         """The members' queue (None: the default one)."""
         self.reopens = False
         """Whether bulk retries may reopen the batch (so it may complete more than once)."""
+        self.spread_s = 0.0
+        """Members become due over this many seconds (bulk operations need some
+        still pending when they come: the whole batch drains in seconds)."""
         self.id: int | None = None
 
     def plan(self, seed: int) -> Plan:
@@ -57,7 +60,11 @@ class BatchPart:
             else:
                 kind, args = "short", {"n": n}
             key = f"chaos:{seed}:batch:{n}"
-            options = {"key": key} if self.queue is None else {"key": key, "queue": self.queue}
+            options: dict[str, Any] = {"key": key}
+            if self.queue is not None:
+                options["queue"] = self.queue
+            if self.spread_s:
+                options["delay"] = round(self.spread_s * n / self.members, 3)
             out.append((J + kind, args, options, key))
         return out
 

@@ -32,6 +32,8 @@ class Faults(ChaosState):
             self.app, cfg.batch_members, self.say, queue=bulk.QUEUE if cfg.bulk_ops else None
         )
         self.batch.reopens = cfg.bulk_ops > 0
+        if cfg.bulk_ops:  # members due until the last bulk operation (first half of the run)
+            self.batch.spread_s = duration * 0.5
         self.batch.enqueue(self.seed, self.enqueue)
         self.workflow = WorkflowPart(self.app, cfg.workflow_nodes, self.say)
         self.workflow.enqueue_graph(self.seed, self.enqueue)
