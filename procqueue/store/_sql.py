@@ -287,9 +287,16 @@ class SqlStore(
             tx.execute("job_fail_undecodable", {"id": row["id"], "error": error, "now": now})
             return None
 
-    def job_renew_leases(self, *, owner: str, lease_until: float) -> _claim.Renewal:
-        """Extends, in one statement, the lease of every job `owner` holds."""
-        params = {"owner": owner, "lease_until": lease_until}
+    def job_renew_leases(
+        self, *, owner: str, lease_until: float, released: Sequence[int] = ()
+    ) -> _claim.Renewal:
+        """Extends, in one statement, the lease of every job `owner` holds but
+        the `released` ones (given up: left to the rescue of their lease)."""
+        params = {
+            "owner": owner,
+            "lease_until": lease_until,
+            "released": self._db.array(list(released)),
+        }
         rows = self._db.statement("job_renew_leases", params, idempotent=True).rows
         return _claim.Renewal(
             alive={(r["id"], r["attempts"]) for r in rows},

@@ -175,6 +175,7 @@ class Claims(DbPart):
             return
         self.renew_at = now + self.lease.renew_every
         lease_until = self.lease.until(self.clock.now())
+        released = self.attempts.released_ids(now)
 
         def renewed(renewal: Renewal) -> None:
             self.events.emit(events.Renewed(held=len(renewal.alive)))
@@ -183,7 +184,9 @@ class Claims(DbPart):
 
         self.db.submit(
             "renew",
-            lambda: self.store.job_renew_leases(owner=self.owner, lease_until=lease_until),
+            lambda: self.store.job_renew_leases(
+                owner=self.owner, lease_until=lease_until, released=released
+            ),
             on_done=renewed,
         )
 

@@ -71,6 +71,9 @@ class Attempts:
         """Claimed jobs no child runs yet, oldest first (their `child` is 0)."""
         self._outcomes: list[models.Outcome] = []
         """Decided, in order, not yet written."""
+        self.released: dict[int, float] = {}
+        """Jobs whose lease was given up (id -> monotonic time): never renewed
+        again, so that their lease runs out and the rescue takes them."""
         self._freed = False
         """Set when a window may have room: the supervisor claims again."""
         self.mean_s = 0.05
@@ -265,6 +268,8 @@ class Attempts:
         self._finished(a, outcome, history_name(outcome))
 
     def _finished(self, a: Attempt, outcome: models.Outcome | None, name: str) -> None:
+        if outcome is None:  # its lease is lost: never renewed again, left to the rescue
+            self.released[a.job.id] = self.clock.monotonic()
         ran = 0.0 if a.started is None else self.clock.monotonic() - a.started
         self.events.emit(finished(a, outcome, name, now=self.clock.now(), ran=ran))
 
@@ -357,14 +362,22 @@ class Attempts:
 
     # -- what the other parts report ------------------------------------------
 
+    def released_ids(self, now: float) -> list[int]:
+        """Ids of the jobs whose lease was given up in the last ten leases
+        (by then the rescue has taken them: their rows are no longer ours)."""
+        keep = now - 10 * self.settings.lease
+        self.released = {i: t for i, t in self.released.items() if t >= keep}
+        return list(self.released)
+
     def renewed(self, *, alive: set[tuple[int, int]], lease_until: float) -> None:
         """A renewal answered: attempts the owner lost are ended and their
         unwritten outcomes dropped (their jobs were rescued elsewhere: nothing
         may be written); the others' children learn their time left.
 
-        An attempt held in the database that is not running, reserved or
-        waiting to be written here was claimed by a call whose answer was lost
-        after it committed (calls answer in order): it is handed back."""
+        An attempt held in the database (released ones are not renewed) that
+        is not running, reserved or waiting to be written here was claimed by
+        a call whose answer was lost after it committed (calls answer in
+        order): no child ever saw it, and it is handed back unspent."""
         known = {(a.job.id, a.job.attempt) for a in self.all()}
         known |= {(o.id, o.attempt) for o in self._outcomes}
         for outcome in unclaimed(alive - known, now=self.clock.now()):

@@ -772,6 +772,17 @@ def test_record_cancelled(store: Store) -> None:
 # -- leases ------------------------------------------------------------------
 
 
+def test_renew_leaves_the_released_jobs_to_the_rescue(store: Store) -> None:
+    j1, j2 = (insert_one(store, queue=q) for q in ("a", "b"))
+    claim_exactly(store, j1, owner="o1")
+    claim_exactly(store, j2, owner="o1")
+    renewal = store.job_renew_leases(owner="o1", lease_until=BASE + 100, released=[j2])
+    assert renewal.alive == {(j1, 1)}
+    # j2's lease still ends at BASE+30: the rescue takes it, attempt spent
+    assert store.job_rescue_expired(now=BASE + 50) == 1
+    assert (get(store, j2).state, running_ids(store)) == (JobState.PENDING, {j1})
+
+
 def test_renew_reports_only_the_owners_running_jobs(store: Store) -> None:
     j1, j2, j3, j4 = (insert_one(store, queue=q) for q in ("a", "b", "c", "d"))
     c1 = claim_exactly(store, j1, owner="o1")

@@ -184,8 +184,19 @@ def test_a_job_claimed_ahead_is_never_started_once_its_lease_ran_out(
         clock.advance(31.0)  # the supervisor was stopped past the lease
         sup.attempts.reserve(job, lease_until=clock.now() - 1.0)
         assert not sup.attempts.reserved and job_id not in sup.attempts.job_of().values()
-    assert not [e for e in seen if isinstance(e, events.Started)]
-    assert app.get(job_id).state == JobState.RUNNING  # left to the rescue of its lease
+        assert not [e for e in seen if isinstance(e, events.Started)]
+        # Released: later renewals neither extend its lease nor hand it back
+        # unspent as a claim whose answer was lost; the rescue spends attempt 1.
+        renewals = len([e for e in seen if isinstance(e, events.Renewed)])
+        clock.advance(10.0)
+        until(
+            sup,
+            "a renewal",
+            lambda: len([e for e in seen if isinstance(e, events.Renewed)]) > renewals,
+        )
+        until(sup, "the job to run again", lambda: app.get(job_id).state == JobState.DONE)
+    started = [e.attempt for e in seen if isinstance(e, events.Started) and e.job_id == job_id]
+    assert started == [2]
 
 
 def test_a_claim_whose_answer_was_lost_is_handed_back_unspent_and_run(

@@ -262,9 +262,11 @@ RETURNING jobs.id, attempts, name, queue, args, max_attempts, timeout, max_memor
            FROM job_steps s WHERE s.job_id = jobs.id) AS steps
 
 -- job_renew_leases --
--- Extends every lease an owner holds, in one statement.
+-- Extends every lease an owner holds, in one statement, except those of the jobs it released
+-- (their leases run out and the rescue takes them).
 UPDATE jobs SET lease_until = %(lease_until)s::float8
 WHERE state = 'running' AND owner = %(owner)s
+  AND NOT (id = ANY(%(released)s::bigint[]))
 RETURNING id, attempts, cancel_requested
 
 -- job_cancel_requested --

@@ -254,9 +254,11 @@ RETURNING id, attempts, name, queue, args, max_attempts, timeout, max_memory, ba
                       THEN json_valid(s.value) ELSE 0 END) AS steps
 
 -- job_renew_leases --
--- Extends every lease an owner holds, in one statement.
+-- Extends every lease an owner holds, in one statement, except those of the jobs it released
+-- (their leases run out and the rescue takes them).
 UPDATE jobs SET lease_until = :lease_until
 WHERE state = 'running' AND owner = :owner
+  AND id NOT IN (SELECT value FROM json_each(:released))
 RETURNING id, attempts, cancel_requested
 
 -- job_cancel_requested --
