@@ -110,7 +110,7 @@ def _kill_below(pid: int) -> None:
     ours = pid == os.getpid()
     while time.monotonic() < give_up:
         if ours:  # its zombies collected, each pass stays as short as the live tree
-            _reap_zombies()
+            reap_zombies()
         listed = descendants(pid)
         if not listed:  # the common case: the job left nothing behind
             return
@@ -123,7 +123,7 @@ def _kill_below(pid: int) -> None:
         time.sleep(0.001)
 
 
-def _reap_zombies() -> None:
+def reap_zombies() -> None:
     """Collects every exited child of this process (never blocks)."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:

@@ -85,9 +85,7 @@ def _reap_leftovers() -> None:
     except ChildProcessError:
         return
     proctree.signal_tree(os.getpid(), signal.SIGKILL, include_root=False)
-    with contextlib.suppress(ChildProcessError):
-        while os.waitpid(-1, os.WNOHANG)[0]:
-            pass
+    proctree.reap_zombies()
 
 
 def serve(spec: str, index: int, rfd: int, wfd: int) -> int:
