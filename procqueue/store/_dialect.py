@@ -58,6 +58,13 @@ class Tx(Protocol):
         """Wakes every waiting supervisor once this transaction commits (never on rollback)."""
         ...
 
+    def plan_once(self) -> None:
+        """Until the transaction ends, the statements run here are planned once
+        per connection, not at every run: for statements run often and driven
+        by an index whatever their parameters. (SQLite: nothing to do; its
+        statements are compiled once per connection.)"""
+        ...
+
     def script(self, version: int, text: str) -> None:
         """Runs migration `version`, the static text of its file."""
         ...

@@ -227,25 +227,38 @@ class SqlStore(
         fence = {"now": now, "owner": owner}
         wanted = None if queues is None else self._db.array(list(queues))
         with self._db.transaction() as tx:
+            # every supervisor runs this many times a second: its statements
+            # are planned once (in the first round trip, whichever it is)
+            written: set[int] = set()
+            ruled: list[int] = []
+            if records:
+                with tx.pipeline("job_record_and_claim"):
+                    tx.plan_once()
+                    # a statement per SET_ROWS outcomes, read after the pipeline;
+                    # histories first, while their fences still hold
+                    for chunk in _json_rows(histories):
+                        tx.execute("attempt_record_set", {"rows": chunk, **fence})
+                    recorded = [
+                        tx.execute("job_record_set", {"rows": chunk, **fence})
+                        for chunk in _json_rows(records)
+                    ]
+                    ids = self._db.array([o.id for o in ordered])
+                    wanted_rules = tx.execute("job_rules_wanted", {"ids": ids})
+                written = {row["id"] for cursor in recorded for row in cursor.fetchall()}
+                # most jobs are in no batch and nothing depends on them: no rule to run
+                ruled = sorted(int(r["id"]) for r in wanted_rules.fetchall())
             with tx.pipeline("job_record_and_claim"):
-                # a statement per SET_ROWS outcomes, read after the pipeline; histories
-                # first, while their fences still hold
-                for chunk in _json_rows(histories):
-                    tx.execute("attempt_record_set", {"rows": chunk, **fence})
-                recorded = [
-                    tx.execute("job_record_set", {"rows": chunk, **fence})
-                    for chunk in _json_rows(records)
-                ]
-                if records:
-                    ended = self._rules.ending(tx, [o.id for o in ordered], now)
+                if not records:
+                    tx.plan_once()
+                if ruled:
+                    ended = self._rules.ending(tx, ruled, now)
                 if count > 0:
                     tx.lock("claim")
                     limit = _claim.overfetch(count)
                     params = {"now": now, "queues": wanted, "limit": limit}
                     found = [tx.execute(q, params) for q in _flow.CANDIDATES]
-            written = {row["id"] for cursor in recorded for row in cursor.fetchall()}
             rows, hidden = _flow.fetched(found, limit) if count > 0 else ([], False)
-            if records:  # `rows` were read before `ended` writes
+            if ruled:  # `rows` were read before `ended` writes
                 ended()
             lost = [o.id for o in outcomes if o.id not in written]
             if count <= 0:

@@ -157,6 +157,9 @@ class _Tx:
     def lock(self, purpose: str) -> None:
         self.execute("pg_lock", {"key": self._dialect.lock_keys[purpose]})
 
+    def plan_once(self) -> None:
+        self.execute("pg_generic_plans")
+
     def notify(self) -> None:
         self.execute("pg_notify", {"channel": self._dialect.channel})
 

@@ -59,6 +59,9 @@ class _Tx:
     def notify(self) -> None:
         self.wake = True  # sent by the dialect once the commit succeeded
 
+    def plan_once(self) -> None:
+        pass  # statements are compiled once per connection (the sqlite3 module's cache)
+
     def script(self, version: int, text: str) -> None:
         # Migration files hold no ';' except between statements.
         code = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("--"))

@@ -27,16 +27,19 @@ from procqueue.supervisor.lease import Lease
 
 log = logging.getLogger("procqueue.supervisor")
 
-AHEAD_S = 0.01
+AHEAD_S = 0.1
 """Work reserved per child beyond the job it runs, in seconds of recent job time."""
 AHEAD_MAX = 16
 """Most jobs reserved per child."""
 GATHER_S = 0.005
-"""While every child has a reserved job to go to next, a cycle waits this
-long after the last one answered, so that one commit carries more outcomes
-and claims (no child waits for it: each has its next job already). Real
-time, not the supervisor's clock: a batching pause that nothing is promised
-by, which a test's stopped clock must not turn into a stall."""
+GATHER_MAX_S = 0.05
+"""While every child has a reserved job to go to next, a cycle waits one
+recent job's time (at least GATHER_S, at most GATHER_MAX_S) after the last
+one answered, so that one commit carries more outcomes and claims: no child
+waits for it, each has its next job already, and an outcome is written at
+most GATHER_MAX_S later. Real time, not the supervisor's clock: a batching
+pause that nothing is promised by, which a test's stopped clock must not
+turn into a stall."""
 LONG_JOB_S = 1.0
 """Jobs that take this long on average are not claimed ahead: a reserved
 job must not wait long in one supervisor while another idles."""
@@ -130,7 +133,8 @@ class Claims(DbPart):
         start = max(0, len(self.attempts.idle()) - len(self.attempts.reserved))
 
         def answered(cycle: Cycle) -> None:
-            self._gather_until = time.monotonic() + GATHER_S
+            gather = min(GATHER_MAX_S, max(GATHER_S, self.attempts.mean_s))
+            self._gather_until = time.monotonic() + gather
             self._recorded(batch, cycle.lost)
             self._dispatch(cycle, lease_until, start)
             if count and len(cycle.claimed) == count:

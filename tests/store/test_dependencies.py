@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -342,3 +343,46 @@ def test_two_endings_deciding_dependents_in_crossing_orders_do_not_deadlock(
         JobState.CANCELLED,
         JobState.CANCELLED,
     ]
+
+
+def test_a_dependent_enqueued_while_its_dependency_ends_is_decided(store: Store, dsn: str) -> None:
+    """An enqueue naming a running job locks it first. An outcome written
+    meanwhile waits for that lock; once the enqueue commits its edge, the
+    ending must see the new dependent and promote it (the rules are skipped
+    only for jobs that nothing depends on and no batch holds)."""
+    a = insert_one(store, queue="a")
+    claimed = claim_exactly(store, a)
+    batch = store.batch_create(name="b", meta=b"{}", on_complete=None, on_success=None, now=BASE)
+    # The enqueue locks `a`, then waits at its batch's row lock, before its edge.
+    held = Held(dsn, HOLD_BATCH, (batch,))
+    ids: list[int] = []
+    seen: list[BaseException] = []
+
+    def run(what: str, fn: Any) -> threading.Thread:
+        def target() -> None:
+            try:
+                fn()
+            except BaseException as exc:  # reported below, in the test's thread
+                seen.append(exc)
+
+        thread = threading.Thread(target=target, name=what)
+        thread.start()
+        return thread
+
+    stores = [open_store(dsn), open_store(dsn)]
+    try:
+        enqueue = run("enqueue", lambda: ids.append(dependent(stores[0], a, batch_id=batch)))
+        if held.conn is not None:
+            waiter = wait_until(lambda: held.blocked_by(held.pid), what="the enqueue to wait")
+        ending = run("ending", lambda: record(stores[1], claimed, JobState.DONE))
+        if held.conn is not None:  # the outcome waits for the enqueue's lock on `a`
+            wait_until(lambda: held.blocked_by(waiter), what="the outcome to wait")
+        held.release()
+        enqueue.join()
+        ending.join()
+    finally:
+        held.release()
+        for s in stores:
+            s.close()
+    assert not seen, seen
+    assert states(store, a, ids[0]) == [JobState.DONE, JobState.PENDING]

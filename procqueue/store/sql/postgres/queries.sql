@@ -313,6 +313,16 @@ WHERE jobs.id = r.id AND jobs.id IN (SELECT id FROM locked)
   AND (%(owner)s::text = '' OR jobs.owner = %(owner)s::text)
 RETURNING jobs.id
 
+-- job_rules_wanted --
+-- Of the given jobs, those whose end the record rules act on: a batch's member, or a job
+-- others depend on. A statement of its own, after the outcomes' writes: its snapshot is
+-- taken once they hold the jobs' row locks, so it sees every edge an enqueue committed
+-- before (an enqueue adding one later locks the job first, so it waits for this
+-- transaction and then finds the job ended).
+SELECT id FROM jobs j
+WHERE id = ANY(%(ids)s::bigint[])
+  AND (batch_id IS NOT NULL OR EXISTS (SELECT 1 FROM job_deps e WHERE e.depends_on = j.id))
+
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
 UPDATE jobs
@@ -446,6 +456,12 @@ WHERE chores.last_run <= %(now)s::float8 - %(every)s::float8
 -- pg_lock --
 -- Takes a transaction-scoped advisory lock (migrations, claims); released at commit.
 SELECT pg_advisory_xact_lock(%(key)s::bigint)
+
+-- pg_generic_plans --
+-- Until the transaction ends, prepared statements run their generic plan: a claim's
+-- statements are planned once per connection instead of at every claim (their custom plans
+-- took longer to make than to run), and each is driven by an index whatever its parameters.
+SELECT set_config('plan_cache_mode', 'force_generic_plan', true)
 
 -- pg_schema_exists --
 -- Whether the store's schema exists (CREATE SCHEMA needs a privilege even when it does).

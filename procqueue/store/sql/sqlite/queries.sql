@@ -301,6 +301,13 @@ WHERE jobs.id = r.id AND jobs.attempts = r.attempt AND jobs.state = 'running'
   AND (:owner = '' OR jobs.owner = :owner)
 RETURNING jobs.id
 
+-- job_rules_wanted --
+-- Of the given jobs, those whose end the record rules act on: a batch's member, or a job
+-- others depend on (SQLite's write transactions never interleave: no edge can come between).
+SELECT id FROM jobs j
+WHERE id IN (SELECT value FROM json_each(:ids))
+  AND (batch_id IS NOT NULL OR EXISTS (SELECT 1 FROM job_deps e WHERE e.depends_on = j.id))
+
 -- job_set_progress --
 -- Progress of a running attempt (fenced).
 UPDATE jobs SET progress = coalesce(:text, progress), fraction = coalesce(:fraction, fraction)
