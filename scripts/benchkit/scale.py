@@ -33,17 +33,24 @@ def _fill(adapter: Any, rows: int, first_seq: int) -> float:
 
 
 def _plan(schema: str) -> tuple[list[str], float | None]:
-    """The claim query's plan now (its row locks rolled back) and its execution ms."""
+    """The claim query's plan now (its row locks rolled back) and its execution ms: the
+    generic plan, made once per connection, that a supervisor's claims run (`Tx.plan_once`)."""
     import psycopg
     from bench_peers import base
+    from psycopg import sql
 
     from procqueue.store.postgres import _Q
 
+    query = _Q["job_candidates"]
+    for n, name in enumerate(("now", "queues", "limit"), 1):
+        query = query.replace(f"%({name})s", f"${n}")
     with psycopg.connect(base.pg_conninfo(schema)) as conn:
-        params = {"now": time.time(), "queues": None, "limit": 32}
-        rows = conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) " + _Q["job_candidates"], params
-        ).fetchall()
+        conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE procqueue_candidates (float8, text[], bigint) AS {query}")
+        explain = sql.SQL(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE procqueue_candidates ({}, NULL, 32)"
+        )  # a utility statement: no parameters, the value as a literal
+        rows = conn.execute(explain.format(sql.Literal(time.time()))).fetchall()
         conn.rollback()
     lines = [r[0] for r in rows]
     ms = next(
