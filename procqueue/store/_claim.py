@@ -59,7 +59,7 @@ def overfetch(count: int) -> int:
     """How many candidates a claim of `count` reads: more than it takes, so
     that jobs blocked within the batch (a serial key twice, a queue's last
     slot) don't starve the ones behind them."""
-    return count * 4 + 16
+    return count * 2 + 4
 
 
 class Choice(msgspec.Struct, frozen=True):

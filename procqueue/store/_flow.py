@@ -78,7 +78,8 @@ def candidates(
     order, a job possibly twice) as candidates, and the starts left in the
     window of each rate key they name (read in `tx`, under the claim lock)."""
     rows = list({r["id"]: r for r in found}.values())
-    keys = sorted({k for r in rows for k in _rate_keys(r)})
+    named = [_rate_keys(r) for r in rows]
+    keys = sorted({k for row_keys in named for k in row_keys})
     rooms: dict[str, int] = {}
     if keys:
         params = {"keys": db.array(keys), "now": now}
@@ -98,9 +99,9 @@ def candidates(
             group=_of(str, r["group_key"], None),
             group_room=_of(int, r["group_room"], None) if r["group_key"] is not None else None,
             served_at=_of((int, float), r["served_at"], None),
-            rate_keys=tuple(k for k in _rate_keys(r) if k in rooms),
+            rate_keys=tuple(k for k in row_keys if k in rooms),
         )
-        for r in rows
+        for r, row_keys in zip(rows, named, strict=True)
     ], rooms
 
 

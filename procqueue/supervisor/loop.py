@@ -84,7 +84,8 @@ class Supervisor:
         self.events.subscribe(events.log_event)
         self.metrics = Metrics()
         self.metrics.children.set(settings.workers)
-        self.events.subscribe(self.metrics.observe)
+        if settings.metrics_port is not None:  # counted only where a scrape can read them
+            self.events.subscribe(self.metrics.observe)
         self.store = store or store_mod.open_store(store_mod.resolve_dsn(app.dsn))
         self._prepared = False
         self.selector = selectors.DefaultSelector()

@@ -1,7 +1,7 @@
 """Prometheus metrics of one supervisor (prometheus-client, own registry).
 
-Always collected (a few label lookups per job); served over HTTP only when
-``--metrics-port`` is given.
+Collected and served over HTTP only when ``--metrics-port`` is given: a
+supervisor nobody scrapes pays nothing per job for them.
 """
 
 from __future__ import annotations
