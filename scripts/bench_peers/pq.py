@@ -41,6 +41,8 @@ class _Procqueue(base.Adapter):
     """More ``procqueue supervise`` options, e.g. ``["--max-jobs-per-child", "1"]``."""
     counted: bool = False
     """Run the supervisor under ``benchkit.counted`` (statement, commit and frame counts)."""
+    supervisors: int = 1
+    """``procqueue supervise`` processes started on the one DSN, each with `slots` children."""
     _client: App | None = None
 
     @property
@@ -79,7 +81,9 @@ class _Procqueue(base.Adapter):
             "5",
             *self.supervise_args,
         ]
-        self.spawn(argv, env=dict(self.env(), BENCH_COUNTS=str(self.bench_dir / "counts.json")))
+        env = dict(self.env(), BENCH_COUNTS=str(self.bench_dir / "counts.json"))
+        for _ in range(self.supervisors):
+            self.spawn(argv, env=env)
 
     def main_pid(self) -> int | None:
         return self.procs[0].pid if self.procs else None

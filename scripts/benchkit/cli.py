@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         "--scale-rows",
         type=int,
         metavar="N",
-        help="pending and finished rows of the scale extra (default 1,000,000; 20,000 quick)",
+        help="pending and finished rows of the scale extra, rows to prune of the prune extra "
+        "(default 1,000,000; 20,000 quick)",
     )
     parser.add_argument("--no-scaling", action="store_true", help="skip scaling and backlog")
     parser.add_argument("--no-profile", action="store_true", help="skip the py-spy profile")

@@ -89,6 +89,61 @@ def pg_transactions() -> int | None:
         return None
 
 
+PRUNE_STATEMENTS = (
+    "DELETE FROM jobs WHERE id IN",
+    "DELETE FROM job_attempts",
+    "DELETE FROM job_steps",
+    "DELETE FROM job_deps",
+)
+"""How the statements of a supervisor's prune transaction (``job_prune`` and what it
+entails) begin in ``pg_stat_activity``."""
+
+
+class Activity:
+    """``pg_stat_activity`` of one procqueue schema's connections (its ``application_name``),
+    sampled by `tick` at most every `every` seconds."""
+
+    def __init__(self, schema: str, every: float = 0.1) -> None:
+        import psycopg
+        from bench_peers import base
+
+        self.schema = schema
+        self.every = every
+        self.conn = psycopg.connect(base.PG_DSN, autocommit=True)
+        self.next_at = 0.0
+        self.samples = 0
+        self.claim_waits = 0
+        """Samples in which a connection waited for the claim lock (an advisory lock)."""
+        self.other_waits = 0
+        """Samples in which a connection waited for another lock (a row's, a table's)."""
+        self.prune_s: dict[tuple[int, Any], float] = {}
+        """The longest each prune transaction (pid, start) was seen running, seconds."""
+
+    def tick(self) -> None:
+        """One sample, unless the last was less than `every` seconds ago."""
+        now = time.monotonic()
+        if now < self.next_at:
+            return
+        self.next_at = now + self.every
+        rows = self.conn.execute(
+            "SELECT pid, wait_event_type, wait_event, xact_start, "
+            "extract(epoch FROM clock_timestamp() - xact_start)::float8, query "
+            "FROM pg_stat_activity WHERE application_name = %s",
+            (f"procqueue:{self.schema}",),
+        ).fetchall()
+        self.samples += 1
+        waits = [r[2] for r in rows if r[1] == "Lock"]
+        self.claim_waits += "advisory" in waits
+        self.other_waits += any(w != "advisory" for w in waits)
+        for pid, _, _, xact_start, running_s, query in rows:
+            if xact_start is not None and query.lstrip().startswith(PRUNE_STATEMENTS):
+                key = (pid, xact_start)
+                self.prune_s[key] = max(self.prune_s.get(key, 0.0), running_s)
+
+    def close(self) -> None:
+        self.conn.close()
+
+
 def proc_rss_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as f:
         for line in f:

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from benchkit.cluster import run_cluster
 from benchkit.cost import run_cost
 from benchkit.environment import git_revision, machine, user_argv, versions, wait_for_services
 from benchkit.extras import (
@@ -26,6 +27,7 @@ from benchkit.extras import (
 )
 from benchkit.formatting import fmt
 from benchkit.measurement import summarize
+from benchkit.prune import run_prune
 from benchkit.scale import run_scale
 from benchkit.settings import (
     CPU_JOB_S,
@@ -128,8 +130,10 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
     extras = args.extras
     costs: list[dict[str, Any]] = []
     scale: list[dict[str, Any]] = []
+    prune: list[dict[str, Any]] = []
+    cluster: list[dict[str, Any]] = []
+    rows = args.scale_rows or (1_000_000 if sizes.reps > 1 else 20_000)
     if "scale" in extras and "procqueue-pg" in pq_systems:
-        rows = args.scale_rows or (1_000_000 if sizes.reps > 1 else 20_000)
         scale = run_scale("procqueue-pg", classes["procqueue-pg"], work_dir, sizes, rows)
         for r in scale:
             say(
@@ -141,6 +145,38 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
                     if r.get("status") != "error"
                     else f"ERROR {r.get('error')}"
                 )
+            )
+    if "prune" in extras and "procqueue-pg" in pq_systems:
+        prune = run_prune("procqueue-pg", classes["procqueue-pg"], work_dir, sizes, rows)
+        for r in prune:
+            text = (
+                f"window drain {fmt(r.get('drain_jobs_s'))} jobs/s, supervisor "
+                f"{fmt(r.get('supervisor_cpu_us_per_job'))} us/job"
+            )
+            if r["rows"]:
+                text += (
+                    f"; {fmt(r.get('left_after_window'))} left when it had drained, pruned "
+                    f"{fmt(r.get('pruned_rows_s'))} rows/s [{r.get('prune_status')}], longest "
+                    f"prune transaction seen {fmt(r.get('longest_prune_ms_seen'), 1)} ms"
+                )
+            if r.get("status") == "error":
+                text = f"ERROR {r.get('error')}"
+            say(f"[prune] {r['rows']:>9,} rows to prune: {text}  ({r['seconds']:.1f} s)")
+    if "cluster" in extras and "procqueue-pg" in pq_systems:
+        cluster = run_cluster("procqueue-pg", classes["procqueue-pg"], work_dir, sizes)
+        for r in cluster:
+            text = (
+                f"drain {fmt(r.get('drain_jobs_s'))} jobs/s, supervisors "
+                f"{fmt(r.get('supervisors_cpu_us_per_job'))} us/job, {r.get('duplicates')} "
+                f"run twice, a claim-lock waiter in "
+                f"{fmt((r.get('claim_lock_wait_fraction') or 0) * 100, 1)}% of "
+                f"{r.get('lock_samples')} samples"
+            )
+            if r.get("status") == "error":
+                text = f"ERROR {r.get('error')}"
+            say(
+                f"[cluster] {r['supervisors']} supervisor(s) x {r['children']} children: "
+                f"{text}  [{r.get('status')}] ({r['seconds']:.1f} s)"
             )
     if "cost" in extras:
         for name in pq_systems:
@@ -282,6 +318,8 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
         "runs": runs,
         "cost": costs,
         "scale": scale,
+        "prune": prune,
+        "cluster": cluster,
         "scaling": scaling,
         "backlog": backlog,
         "pending": pending,

@@ -68,8 +68,9 @@ def _vacuum(schema: str) -> None:
         conn.execute("VACUUM ANALYZE jobs")
 
 
-def _finish_all(schema: str) -> None:
-    """Marks every pending job of the benchmark's schema done (the finished rows' case)."""
+def _finish_all(schema: str, at: float | None = None) -> None:
+    """Marks every pending job of the benchmark's schema done, finished at `at` (epoch
+    seconds; default now)."""
     import psycopg
     from bench_peers import base
 
@@ -77,7 +78,7 @@ def _finish_all(schema: str) -> None:
         conn.execute(
             "UPDATE jobs SET state = 'done', finished_at = %s, attempts = 1 "
             "WHERE state = 'pending'",
-            (time.time(),),
+            (time.time() if at is None else at,),
         )
 
 

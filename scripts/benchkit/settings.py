@@ -41,6 +41,8 @@ PQ_SYSTEMS = ("procqueue-pg", "procqueue-sqlite")
 EXTRAS = (
     "cost",
     "scale",
+    "prune",
+    "cluster",
     "scaling",
     "backlog",
     "pending",
@@ -81,6 +83,8 @@ class Sizes:
     pending_per_child: tuple[int, ...]
     fresh_child_jobs: int
     """no-op drain with --max-jobs-per-child 1"""
+    cluster_jobs: int
+    """no-op drain by 1 supervisor with 4 children, then by 4 with 1 each"""
     count_pg_transactions: bool = True
     """pg_stat_database before/after each PostgreSQL no-op drain (costs 2.4 s a run)."""
 
@@ -107,6 +111,7 @@ FULL = Sizes(
     long_job_s=1.0,
     pending_per_child=(10, 100, 1000),
     fresh_child_jobs=300,
+    cluster_jobs=20_000,
 )
 QUICK = Sizes(
     reps=1,
@@ -130,6 +135,7 @@ QUICK = Sizes(
     long_job_s=1.0,
     pending_per_child=(10, 100, 1000),
     fresh_child_jobs=100,
+    cluster_jobs=4000,
     count_pg_transactions=False,
 )
 

@@ -385,6 +385,103 @@ def scale(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]
     return out
 
 
+def prune(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """Claims while retention pruning deletes finished rows, against claims alone."""
+    runs = result.get("prune", [])
+    out: list[str] = []
+    add = out.append
+    if not runs:
+        return out
+    add("### Claims while retention pruning runs (PostgreSQL)\n")
+    add(
+        "From `--extras prune`: the supervisor (2 children, `--retention-days 1`) drains the "
+        "5,000 no-op jobs of a window while it prunes finished jobs that are past their "
+        "retention (enqueued, marked done two days ago in one UPDATE, then `VACUUM ANALYZE`; "
+        "the supervisor is stopped with SIGSTOP meanwhile, and its prune chore made due for "
+        "its first maintenance pass after SIGCONT); the first row is the same drain with "
+        "nothing to prune, in the same run. The supervisor deletes in bounded batches "
+        f"({_prune_batch(runs)} rows a transaction) on the thread that also runs its claims "
+        "and outcomes. "
+        "*rows pruned/s*: the rows over the time from SIGCONT until none is left (polled 10 "
+        "times a second); *left*: the rows past their retention still there when the window "
+        "had drained; *longest prune transaction seen*: the longest a prune transaction was "
+        "seen running in `pg_stat_activity` sampled 10 times a second (a lower bound of the "
+        "longest).\n"
+    )
+    add(
+        "| rows to prune | drain jobs/s | vs nothing to prune | supervisor CPU µs/job "
+        "| rows pruned/s | left when the window had drained | longest prune transaction "
+        "seen ms |"
+    )
+    add("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    base = next((r.get("drain_jobs_s") for r in runs if r["rows"] == 0), None)
+    out.extend(
+        _rows(
+            runs,
+            lambda r: f"{r['rows']:,}",
+            lambda r, mark: [
+                fmt(r.get("drain_jobs_s")) + mark,
+                fmt(r["drain_jobs_s"] / base, 2) if base and r.get("drain_jobs_s") else "-",
+                fmt(r.get("supervisor_cpu_us_per_job")),
+                fmt(r.get("pruned_rows_s"))
+                + ("" if r.get("prune_status", "ok") == "ok" else f" ({r['prune_status']})"),
+                fmt(r.get("left_after_window")),
+                fmt(r.get("longest_prune_ms_seen"), 1),
+            ],
+        )
+    )
+    add("")
+    return out
+
+
+def _prune_batch(runs: list[dict[str, Any]]) -> str:
+    """The supervisor's prune batch as the runs recorded it."""
+    return next((f"{r['prune_batch']:,}" for r in runs if r.get("prune_batch")), "-")
+
+
+def cluster(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]:
+    """4 supervisors on one schema against 1, with the same children in all."""
+    runs = result.get("cluster", [])
+    out: list[str] = []
+    add = out.append
+    if not runs:
+        return out
+    add("### Several supervisors on one PostgreSQL\n")
+    add(
+        f"From `--extras cluster`: a no-op drain of {runs[0]['jobs']:,} jobs by 1 supervisor "
+        "with 4 children, then by 4 supervisors with 1 child each on the same schema (a fresh "
+        "one for each): the same 4 children in all. Gate jobs cannot hold one child of each "
+        "supervisor (a supervisor claims jobs ahead for its children), so no-op jobs run "
+        "until every child has run one, the supervisors are stopped (SIGSTOP) while the "
+        "jobs are enqueued, and the drain counts from SIGCONT to the last job's end. "
+        "*supervisors' CPU*: utime+stime of every supervisor process (`/proc/PID/stat`, "
+        "children excluded), summed, over the drain; *run twice*: seqs recorded more than "
+        "once (must be 0); *claim-lock waits*: the share of `pg_stat_activity` samples (10 a "
+        "second, during the drain) in which a connection of the schema waited for the "
+        "advisory lock every claim takes first.\n"
+    )
+    add(
+        "| supervisors x children | drain jobs/s | vs 1 supervisor | supervisors' CPU µs/job "
+        "| run twice | samples with a claim-lock waiter |"
+    )
+    add("| --- | ---: | ---: | ---: | ---: | ---: |")
+    out.extend(
+        _rows(
+            runs,
+            lambda r: f"{r['supervisors']} x {r['children']}",
+            lambda r, mark: [
+                fmt(r.get("drain_jobs_s")) + mark,
+                "1.00" if r["supervisors"] == 1 else fmt(r.get("drain_vs_one"), 2),
+                fmt(r.get("supervisors_cpu_us_per_job")),
+                "**0**" if r.get("duplicates") == 0 else f"**{r.get('duplicates')}** (not 0)",
+                f"{fmt(r.get('claim_lock_wait_fraction', 0) * 100, 1)}% of {r.get('lock_samples')}",
+            ],
+        )
+    )
+    add("")
+    return out
+
+
 def _table(r: dict[str, Any]) -> str:
     """A scale case's table in words."""
     return "empty" if r["case"] == "empty" else f"{r['rows']:,} {r['case']}"
