@@ -31,6 +31,7 @@ from psycopg.adapt import Loader
 from psycopg.conninfo import conninfo_to_dict
 from psycopg.pq import TransactionStatus
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.numeric import Int8Dumper
 
 from procqueue import errors
 from procqueue.store import _dialect, _pg_conninfo, _pg_listen, _queries, _sql
@@ -234,6 +235,11 @@ class PostgresDialect:
     def _configure(self, conn: Conn) -> None:
         conn.adapters.register_loader("jsonb", _RawJson)
         conn.adapters.register_loader("json", _RawJson)
+        # Every int goes as bigint, whatever its size: a statement's parameter
+        # types then stay the same from one run to the next, so psycopg
+        # prepares it once (a list of ids dumped as int2[] one time and int4[]
+        # the next was a new statement each time, planned at every run).
+        conn.adapters.register_dumper(int, Int8Dumper)
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
         conn.commit()
 

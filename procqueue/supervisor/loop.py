@@ -290,8 +290,10 @@ class Supervisor:
     def _readable(self, key: selectors.SelectorKey) -> None:
         if key.data is None:
             if self.wakeups.readable(key.fd):  # jobs came: drained on the database thread
-                self.claims.wake()  # the claim follows the drain on that thread
-                self._listen()
+                # the drain goes first, the claim after it on that thread: the claim
+                # sees every job it was told of, and a later one makes this readable again
+                self._listen(claim=False)
+                self.claims.wake()
             return
         index, kind = key.data
         if kind == "in":  # a child's pipe takes the frames that waited
@@ -315,8 +317,11 @@ class Supervisor:
         else:
             self.attempts.message(index, message)
 
-    def _listen(self) -> None:
-        self.wakeups.listen(db=self.db, store=self.store, then=self.claims.wake)
+    def _listen(self, *, claim: bool = True) -> None:
+        """Drains and watches the store's wake-up descriptor, then (`claim`)
+        claims: jobs may have come while nothing listened."""
+        then = self.claims.wake if claim else None
+        self.wakeups.listen(db=self.db, store=self.store, then=then)
 
     # -- database work (submitted, never waited on) -----------------------------
 

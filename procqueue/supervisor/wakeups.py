@@ -57,9 +57,9 @@ class Wakeups:
         self._store_fd = None
         return True
 
-    def listen(self, *, db: DbCalls, store: Store, then: Callable[[], None]) -> None:
+    def listen(self, *, db: DbCalls, store: Store, then: Callable[[], None] | None) -> None:
         """Drains and (re-)opens the store's wake-up descriptor on the database
-        thread, then watches it and calls `then` (a claim may be due)."""
+        thread, then watches it and calls `then` (when given: a claim may be due)."""
         if db.busy("listen"):
             return
 
@@ -71,7 +71,8 @@ class Wakeups:
                 return None
 
         def listened(fd: int | None) -> None:
-            then()
+            if then is not None:
+                then()
             if fd is None or self._w < 0:
                 return
             try:
