@@ -26,6 +26,7 @@ from benchkit.settings import (
     say,
 )
 from benchkit.sweep import run_sweep
+from benchkit.targets import evaluate_targets
 
 DESCRIPTION = "procqueue against its peers, side by side in one run."
 
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(SCRIPTS))
     if args.render:
         result = json.loads(Path(args.render).read_text())
+        result["targets"] = evaluate_targets(result)  # the goals as this checkout states them
         charts = write_charts(result, Path(args.img_dir))
         Path(args.md).write_text(render_markdown(result, charts, Path(args.md).parent))
         say(f"bench: rendered {args.md} and {len(charts)} charts from {args.render}")

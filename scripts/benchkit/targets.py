@@ -181,6 +181,7 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             detail,
             "issue 20",
         )
+    _scale_targets(result, add)
     add(
         "nothing given up: fault tests and the chaos run hold; no claim committed asynchronously",
         None,
@@ -243,3 +244,56 @@ def evaluate_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             "earlier",
         )
     return targets
+
+
+def _scale_targets(result: dict[str, Any], add: Any) -> None:
+    """Issue 20's scale deliverables, from the scale, prune and cluster extras: claims as
+    fast beside a large table as beside an empty one, by an index; pruning that does not
+    slow claims; several supervisors faster than one."""
+    scale = {r.get("case"): r for r in result.get("scale", []) if r.get("status") != "error"}
+    empty = (scale.get("empty") or {}).get("drain_jobs_s")
+    for case in ("pending", "finished"):
+        r = scale.get(case)
+        if r is None or not empty or not r.get("drain_jobs_s"):
+            continue
+        ratio = r["drain_jobs_s"] / empty
+        add(
+            f"claims stay flat beside {r.get('rows', 0):,} {case} rows (PostgreSQL)",
+            round(ratio, 2),
+            ratio >= 0.8 and bool(r.get("index_driven")),
+            f"drain {r['drain_jobs_s']:,.0f} vs {empty:,.0f} jobs/s with the table empty "
+            f"(met: >= 0.8x and an index-driven plan); claim query "
+            f"{r.get('plan_ms') or 0:.2f} ms, generic plan",
+            "issue 20",
+        )
+    prune = {r.get("rows"): r for r in result.get("prune", []) if r.get("status") == "ok"}
+    base = (prune.get(0) or {}).get("drain_jobs_s")
+    for rows, r in prune.items():
+        if not rows or not base or not r.get("drain_jobs_s"):
+            continue
+        ratio = r["drain_jobs_s"] / base
+        add(
+            f"retention pruning of {rows:,} rows does not slow claims (PostgreSQL)",
+            round(ratio, 2),
+            ratio >= 0.9,
+            f"a window's drain beside the pruning, {r['drain_jobs_s']:,.0f} vs {base:,.0f} "
+            f"jobs/s with nothing to prune (met: >= 0.9x); "
+            f"{r.get('pruned_rows_s') or 0:,.0f} rows pruned/s in batches of "
+            f"{r.get('prune_batch')}",
+            "issue 20",
+        )
+    for r in result.get("cluster", []):
+        ratio = r.get("drain_vs_one")
+        if ratio is None:
+            continue
+        add(
+            f"{r['supervisors']} supervisors on one PostgreSQL drain faster than 1",
+            round(ratio, 2),
+            ratio > 1.0 and not r.get("duplicates"),
+            f"{r['supervisors']} x {r['children']} children against 1 x "
+            f"{r['supervisors'] * r['children']}, {r.get('jobs', 0):,} no-op jobs; "
+            f"a connection waited for the claim lock in "
+            f"{100 * (r.get('claim_lock_wait_fraction') or 0):.0f}% of samples; "
+            f"{r.get('duplicates', 0)} jobs run twice",
+            "issue 20",
+        )
