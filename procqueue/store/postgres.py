@@ -240,6 +240,10 @@ class PostgresDialect:
         # prepares it once (a list of ids dumped as int2[] one time and int4[]
         # the next was a new statement each time, planned at every run).
         conn.adapters.register_dumper(int, Int8Dumper)
+        # No JIT: a claim's generic plan, costed for a million pending rows,
+        # crossed jit_above_cost and compiled ~140 functions at every run
+        # (80 ms) to read 32 rows; no query here is long enough to repay it.
+        conn.execute("SET jit = off")
         conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(self.schema)))
         conn.commit()
 

@@ -271,6 +271,8 @@ class Supervisor:
             due.append(self.claims.next_at)
         if self.attempts.all():
             due.append(self.claims.cancels_at)
+        if self.maintenance.pruning and not self.db.busy("maintain"):
+            due.append(now + self.maintenance.prune_wait())
         extras = (
             now + gather if gather else None,
             self.limits.next_due(),
@@ -334,7 +336,7 @@ class Supervisor:
             self.db.submit(
                 "maintain", lambda: self.maintenance.step(wall), on_done=self._maybe_claim
             )
-        elif self.maintenance.pruning:
+        elif self.maintenance.pruning and not self.maintenance.prune_wait():
             wall = self.clock.now()
             self.db.submit("maintain", lambda: self.maintenance.prune_batch(wall), on_done=_ignore)
 

@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 import os
 import socket
+import time
 from typing import Any
 
 from procqueue import models
@@ -43,6 +44,9 @@ class Maintenance:
         self.pruning = False
         self.pruned = 0
         self.pruned_batches = 0
+        self._prune_after = 0.0
+        """When the next prune batch may start (`time.monotonic`, real time:
+        a pacing that a test's stopped clock must not turn into a stall)."""
 
     def step(self, now: float) -> bool:
         """One pass of every chore (on the database thread; StoreError
@@ -86,8 +90,23 @@ class Maintenance:
                     "supervisor %s is gone: its jobs are rescued in %gs", owner, ORPHAN_GRACE_S
                 )
 
+    def prune_wait(self) -> float:
+        """Seconds before the next prune batch may start (0: now)."""
+        return max(0.0, self._prune_after - time.monotonic())
+
     def prune_batch(self, now: float) -> None:
-        """Deletes one bounded batch of expired done/cancelled jobs."""
+        """Deletes one bounded batch of expired done/cancelled jobs. A batch
+        holds the database thread, and the supervisor's claims and outcomes
+        queue behind it: they get as long again before the next one starts
+        (`prune_wait`), so pruning takes at most half of that thread."""
+        began = time.monotonic()
+        try:
+            self._prune(now)
+        finally:
+            ended = time.monotonic()
+            self._prune_after = ended + (ended - began)
+
+    def _prune(self, now: float) -> None:
         before = now - self.settings.retention_days * 86400
         n = self.store.job_prune(states=("done", "cancelled"), before=before, limit=PRUNE_BATCH)
         self.pruned += n

@@ -45,7 +45,9 @@ def _plan(schema: str) -> tuple[list[str], float | None]:
     for n, name in enumerate(("now", "queues", "limit"), 1):
         query = query.replace(f"%({name})s", f"${n}")
     with psycopg.connect(base.pg_conninfo(schema)) as conn:
+        # as a supervisor's claim runs: a generic plan, and no JIT (the store's sessions)
         conn.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        conn.execute("SET LOCAL jit = off")
         conn.execute(f"PREPARE procqueue_candidates (float8, text[], bigint) AS {query}")
         explain = sql.SQL(
             "EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) EXECUTE procqueue_candidates ({}, NULL, 32)"

@@ -361,6 +361,23 @@ def test_retention_days_0_keeps_finished_jobs_forever(app: App) -> None:
         config.Settings(retention_days=-1)
 
 
+def test_a_prune_batch_leaves_the_database_thread_as_long_again(app: App) -> None:
+    """A batch holds the supervisor's database thread, so the next one waits as
+    long as it took: claims and outcomes get at least half of that thread."""
+    import time
+
+    from procqueue.supervisor import settings as config
+    from procqueue.supervisor.maintenance import Maintenance
+
+    maintenance = Maintenance(app=app, store=app.store, settings=config.Settings(retention_days=1))
+    assert maintenance.prune_wait() == 0.0
+    began = time.monotonic()
+    maintenance.prune_batch(app.clock.now())
+    took = time.monotonic() - began
+    wait = maintenance.prune_wait()
+    assert 0.0 < wait <= took
+
+
 def test_result_returns_the_value_or_raises_with_the_record(app: App) -> None:
     with supervising(app, SPEC, workers=1):
         ok = app.enqueue(JOB + "add", {"a": 2, "b": 3})
