@@ -5,8 +5,9 @@ Everything lives in one schema (``?schema=NAME`` in the DSN, default
 statement in ``sql/postgres/queries.sql`` is static. A claim first takes an
 advisory lock derived from the schema name, so queue limits and serial keys
 hold across every supervisor on every machine; candidates are read ``FOR
-UPDATE SKIP LOCKED``, and the outcomes, the lock and the candidates go to
-the server in one round trip (pipeline mode). Supervisors are woken by
+UPDATE SKIP LOCKED``; the outcomes go to the server in one round trip, and
+the record rules they call for, the lock and the candidates in the next
+(pipeline mode). Supervisors are woken by
 ``pg_notify`` inside the waking transaction: they hear it on commit, never
 on a rollback. Every session runs under `Bounds`. Errors leave the store as
 one-line `errors.StoreError`s.

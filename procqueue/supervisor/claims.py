@@ -1,7 +1,7 @@
 """What a supervisor asks of the database about the jobs it holds: the
 record-and-claim cycle (queued outcomes written and jobs claimed while
-there is room, in one transaction and one round trip, at most one cycle in
-flight), lease renewals and cancel polls.
+there is room, in one transaction of a few pipelined round trips, at most
+one cycle in flight), lease renewals and cancel polls.
 
 A supervisor claims for its idle children and, for short jobs, a few
 ahead: those are reserved in its memory (`running.Attempts`) and go to the

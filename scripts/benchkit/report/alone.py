@@ -355,8 +355,9 @@ def scale(result: dict[str, Any], charts: list[Path], md_dir: Path) -> list[str]
         "`VACUUM ANALYZE` as autovacuum would); the supervisor is stopped (SIGSTOP) while the "
         "table fills. "
         "*claim query ms*: `EXPLAIN (ANALYZE, BUFFERS)` of `job_candidates` (LIMIT 32) just "
-        "before the drain, in its generic plan (`plan_cache_mode = force_generic_plan`, as a "
-        "supervisor's claims run it: planned once per connection, whatever the parameters).\n"
+        "before the drain, in its generic plan and without JIT (`plan_cache_mode = "
+        "force_generic_plan`, `jit = off`, as a supervisor's claims run it: planned once per "
+        "connection, whatever the parameters).\n"
     )
     add(
         "| table | drain jobs/s | supervisor CPU µs/job | claim query ms | index-driven "
