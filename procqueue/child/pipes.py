@@ -77,18 +77,25 @@ class Fence:
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._deadline: float | None = None
+        self._wake_at: float | None = None
+        """When the watcher wakes up next (None: only when told). A deadline
+        no earlier than that needs no wake-up: the watcher reads the deadline
+        again when it wakes, so a job that ends before its lease costs the
+        watcher nothing."""
         threading.Thread(target=self._watch, name="procqueue-fence", daemon=True).start()
 
     def arm(self, deadline: float | None) -> None:
         """The running job may run until monotonic `deadline` (None: no lease to keep)."""
         with self._cond:
             self._deadline = deadline
-            self._cond.notify()
+            if deadline is not None and (self._wake_at is None or deadline < self._wake_at):
+                self._cond.notify()
 
     def _watch(self) -> None:
         with self._cond:
             while True:
                 if self._deadline is None:
+                    self._wake_at = None
                     self._cond.wait()
                     continue
                 left = self._deadline - time.monotonic()
@@ -96,6 +103,7 @@ class Fence:
                     _end_tree_and_exit(
                         "the job's lease ran out (its supervisor could not renew it)"
                     )
+                self._wake_at = self._deadline
                 self._cond.wait(left)
 
 
