@@ -200,7 +200,7 @@ class Claims(DbPart):
 
     def poll_cancels(self, now: float) -> None:
         """Looks for requested cancels of held jobs, every min(poll, 1 s)."""
-        if not self.attempts.all() or now < self.cancels_at or not self.db.ok(now):
+        if not self.attempts.holds() or now < self.cancels_at or not self.db.ok(now):
             return
         if self.db.busy("cancels"):
             return

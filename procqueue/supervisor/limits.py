@@ -18,6 +18,11 @@ PEAK_SAMPLE_S = 1.0
 """Interval between samples of a job with no memory ceiling, for its peak
 memory (in its history); its first sample comes one period after it starts,
 so short jobs cost no sample."""
+RESERVED_CHECK_S = 0.1
+"""Interval between two looks at the leases of reserved jobs. They can be
+hundreds, and no child runs them: a reserved job whose lease ran out is
+never started (`Attempts.place` drops it), so this look only ends it in
+the books, and need not come at every pass."""
 
 
 class Limits:
@@ -26,21 +31,24 @@ class Limits:
     def __init__(self, *, attempts: Attempts, lease: Lease) -> None:
         self.attempts = attempts
         self.lease = lease
+        self._reserved_at = float("-inf")
+        """When the leases of reserved jobs are looked at next (monotonic)."""
 
     def enforce(self, now: float, *, wall: float) -> None:
         """Timeouts, memory ceilings and leases, at monotonic `now` and wall
         time `wall`: a job whose lease could not be renewed is ended within
-        the lease's margin of its end, so it never overlaps a rescue."""
-        for a in self.attempts.all():
+        the lease's margin of its end, so it never overlaps a rescue (a
+        reserved one within `RESERVED_CHECK_S` more: no child runs it)."""
+        if self.attempts.reserved and now >= self._reserved_at:
+            self._reserved_at = now + RESERVED_CHECK_S
+            for a in list(self.attempts.reserved):
+                if a.kill is None and self.lease.expired(a.lease_until, wall):
+                    self.attempts.unreserve(a, None)
+        for a in list(self.attempts.running.values()):
             if a.kill is not None:
                 continue
             if self.lease.expired(a.lease_until, wall):
-                if a.started is None:
-                    self.attempts.unreserve(a, None)
-                else:
-                    self.attempts.kill(
-                        a, "lease", "lease expired: it could not be renewed", hard=True
-                    )
+                self.attempts.kill(a, "lease", "lease expired: it could not be renewed", hard=True)
             elif a.started is None:
                 continue
             elif a.deadline is not None and now >= a.deadline:

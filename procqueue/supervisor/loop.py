@@ -269,7 +269,7 @@ class Supervisor:
         due.append(self.heartbeat.next_at)
         if claimable:
             due.append(self.claims.next_at)
-        if self.attempts.all():
+        if self.attempts.holds():
             due.append(self.claims.cancels_at)
         if self.maintenance.pruning and not self.db.busy("maintain"):
             due.append(now + self.maintenance.prune_wait())

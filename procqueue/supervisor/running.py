@@ -85,6 +85,10 @@ class Attempts:
         """Every attempt held, running ones first."""
         return [*self.running.values(), *self.reserved]
 
+    def holds(self) -> bool:
+        """Whether any attempt is held, running or reserved."""
+        return bool(self.running or self.reserved)
+
     def job_of(self) -> dict[int, int]:
         """Child index -> id of the job it runs."""
         return {index: a.job.id for index, a in self.running.items()}
