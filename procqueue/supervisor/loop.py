@@ -346,10 +346,12 @@ class Supervisor:
 
     def _title(self) -> None:
         busy = len(self.attempts.running)
-        self.metrics.busy.set(busy)
-        if not self.settings.titles or busy == self._busy_title:
+        if busy == self._busy_title:
             return
         self._busy_title = busy
+        self.metrics.busy.set(busy)
+        if not self.settings.titles:
+            return
         try:
             import setproctitle
 

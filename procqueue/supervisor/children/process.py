@@ -21,6 +21,10 @@ MAX_LINE = 4096
 """Longer output lines are cut: a flood without newlines can't grow a buffer."""
 LINES_PER_SECOND = 200
 """Output lines logged per child per second; the rest are counted and dropped."""
+_READ_SIZE = 1 << 20
+_OUTPUT_READ_SIZE = 1 << 16
+"""Bytes asked of a pipe per read. A read that returns fewer found the pipe
+empty: one read a frame, not a second one that says so."""
 
 
 def _nonblocking(fd: int) -> None:
@@ -164,7 +168,7 @@ class ChildBase(abc.ABC):
         out: list[protocol.Message] = []
         while True:
             try:
-                data = os.read(self.rfd, 1 << 20)
+                data = os.read(self.rfd, _READ_SIZE)
             except BlockingIOError:
                 return out
             if not data:
@@ -173,13 +177,15 @@ class ChildBase(abc.ABC):
                     raise errors.ProtocolError(f"truncated frame ({self.reader.pending()} bytes)")
                 return out
             out.extend(self.reader.feed(data))
+            if len(data) < _READ_SIZE:  # the pipe is empty: what comes later makes it readable
+                return out
 
     def relay_output(self, fd: int, *, tag: str, now: float, job_id: int | None = None) -> bool:
         """Logs what the child wrote to stdout/stderr, bounded per call;
         True at EOF."""
         for _ in range(16):  # at most 1 MiB per call: the loop must go on
             try:
-                data = os.read(fd, 1 << 16)
+                data = os.read(fd, _OUTPUT_READ_SIZE)
             except BlockingIOError:
                 return False
             except OSError:
@@ -188,6 +194,8 @@ class ChildBase(abc.ABC):
                 self.relays[fd].flush(tag=tag, now=now, job_id=job_id)
                 return True
             self.relays[fd].feed(data, tag=tag, now=now, job_id=job_id)
+            if len(data) < _OUTPUT_READ_SIZE:  # empty now (its end shows as readable)
+                return False
         return False
 
     def end_output(self, *, tag: str, now: float, job_id: int | None) -> None:
