@@ -98,13 +98,17 @@ class Claims(DbPart):
         """Draining: from now on outcomes are still written, nothing is claimed."""
         self._stopped = True
 
-    def room(self) -> int:
+    def depth(self) -> int:
+        """Attempts held per child now, the running one included."""
+        # While a child starts, nothing is claimed ahead: the new child takes the next job.
+        return window_depth(self.attempts.mean_s) if self.pool.all_ready() else 1
+
+    def room(self, depth: int | None = None) -> int:
         """How many more jobs may be claimed now: idle ready children, and
-        as many ahead as their depth allows."""
+        as many ahead as `depth` (else the depth now) allows."""
         if self._stopped:
             return 0
-        # While a child starts, nothing is claimed ahead: the new child takes the next job.
-        depth = window_depth(self.attempts.mean_s) if self.pool.all_ready() else 1
+        depth = self.depth() if depth is None else depth
         capacity = held = 0
         for i in self.pool.available():
             left = self.pool.jobs_left(i)  # a child due for recycling takes no more
@@ -125,7 +129,8 @@ class Claims(DbPart):
         if self.db.busy("cycle") or not self.db.ok(now) or self.gathering():
             return
         claim_due = self.want or now >= self.next_at
-        count = self.room() if claim_due else 0
+        depth = self.depth()
+        count = self.room(depth) if claim_due else 0
         batch = self.attempts.unwritten(1 if self._solo else None)
         if not count and not batch:
             return
@@ -140,7 +145,7 @@ class Claims(DbPart):
             gather = min(GATHER_MAX_S, max(GATHER_S, self.attempts.mean_s))
             self._gather_until = time.monotonic() + gather
             self._recorded(batch, cycle.lost)
-            self._dispatch(cycle, lease_until, start)
+            self._dispatch(cycle, lease_until, start, depth)
             if count and len(cycle.claimed) == count:
                 self.want = True  # there may be more
 
@@ -220,11 +225,16 @@ class Claims(DbPart):
                 "job %d: outcome not recorded, its lease was lost to another supervisor", id_
             )
 
-    def _dispatch(self, cycle: Cycle, lease_until: float, start: int) -> None:
-        """Reserves the claimed jobs there is room for (idle children take
-        them at once); the rest go back. The first `start` were marked
-        started by the claim."""
-        room = self.room()
+    def _dispatch(self, cycle: Cycle, lease_until: float, start: int, depth: int) -> None:
+        """Reserves the claimed jobs there is room for at the `depth` they
+        were claimed for (idle children take them at once); the rest go back.
+        The first `start` were marked started by the claim.
+
+        The depth the claim asked for, not the depth now: recent job times
+        move it while the claim is in flight, and jobs handed back for that
+        alone are written twice and lose their place in the queue (a tiny-job
+        drain on SQLite handed back as many jobs as it ran)."""
+        room = self.room(depth)
         wall = self.clock.now()
         for limit in cycle.throttled:
             self.events.emit(events.Throttled(limit))
