@@ -221,3 +221,26 @@ def test_a_claim_whose_answer_was_lost_is_handed_back_unspent_and_run(
 def _done(app: App, job_id: int) -> Any:
     info = app.get(job_id)
     return info if info.state == JobState.DONE else None
+
+
+def test_a_claim_in_flight_is_reserved_at_the_depth_it_asked_for(
+    app: App, clock: FakeClock
+) -> None:
+    """Recent job times that shrink the window while a claim is in flight
+    send none of its jobs back: each would be written twice and lose its
+    place in the queue."""
+    with stepped(app, clock) as sup:
+        seen = recorder(sup)
+        until(sup, "the child ready", sup.pool.all_ready)
+        sup.attempts.mean_s = 0.001  # tiny jobs: a deep window
+        ids = app.enqueue_many([(JOB + "add", {"a": i, "b": 1}, None) for i in range(40)])
+        until(sup, "a claim in flight", lambda: sup.db.busy("cycle"))
+        sup.attempts.mean_s = 10.0  # long jobs now: a window of one
+        until(sup, "its answer", lambda: [e for e in seen if isinstance(e, events.Claimed)])
+        claimed = [e.job_id for e in seen if isinstance(e, events.Claimed)]
+        held = {a.job.id for a in sup.attempts.all()}
+        done = {e.job_id for e in seen if isinstance(e, events.Finished) and e.outcome == "done"}
+        unspent = [o.id for o in sup.attempts.unwritten() if o.refund]
+    assert sorted(claimed) == ids
+    assert unspent == []  # none goes back
+    assert held | done == set(ids)
