@@ -231,7 +231,8 @@ def test_a_claim_in_flight_is_reserved_at_the_depth_it_asked_for(
     place in the queue."""
     with stepped(app, clock) as sup:
         seen = recorder(sup)
-        until(sup, "the child ready", sup.pool.all_ready)
+        # ready, and no claim in flight: the next one is the enqueue's
+        until(sup, "the child ready", lambda: sup.pool.all_ready() and not sup.db.busy("cycle"))
         sup.attempts.mean_s = 0.001  # tiny jobs: a deep window
         ids = app.enqueue_many([(JOB + "add", {"a": i, "b": 1}, None) for i in range(40)])
         until(sup, "a claim in flight", lambda: sup.db.busy("cycle"))
