@@ -49,8 +49,6 @@ class Limits:
                 continue
             if self.lease.expired(a.lease_until, wall):
                 self.attempts.kill(a, "lease", "lease expired: it could not be renewed", hard=True)
-            elif a.started is None:
-                continue
             elif a.deadline is not None and now >= a.deadline:
                 self.attempts.kill(a, "timeout", f"timed out after {a.job.timeout:g}s")
             elif a.step is not None and now >= a.step[2]:
