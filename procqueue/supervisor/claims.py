@@ -24,6 +24,7 @@ from procqueue.clock import Clock
 from procqueue.store.base import Cycle, Renewal
 from procqueue.supervisor.dbpart import DbPart
 from procqueue.supervisor.lease import Lease
+from procqueue.supervisor.outbox import Outbox
 
 log = logging.getLogger("procqueue.supervisor")
 
@@ -61,6 +62,8 @@ def window_depth(mean_s: float) -> int:
 class Claims(DbPart):
     """One supervisor's claims and outcome writes."""
 
+    outbox: Outbox
+    """The outcomes each cycle carries; told what the database took."""
     clock: Clock
     lease: Lease
     events: events.EventStream
@@ -131,7 +134,7 @@ class Claims(DbPart):
         claim_due = self.want or now >= self.next_at
         depth = self.depth()
         count = self.room(depth) if claim_due else 0
-        batch = self.attempts.unwritten(1 if self._solo else None)
+        batch = self.outbox.unwritten(1 if self._solo else None)
         if not count and not batch:
             return
         if count:
@@ -160,7 +163,7 @@ class Claims(DbPart):
                 self._solo = len(batch)  # find the one the database refuses
             elif batch:
                 log.warning("job %d: outcome refused by the database: %s", batch[0].id, exc)
-                self.attempts.refused(batch[0], str(exc))
+                self.outbox.refused(batch[0], str(exc))
 
         self.db.submit(
             "cycle",
@@ -217,7 +220,7 @@ class Claims(DbPart):
         )
 
     def _recorded(self, batch: list[models.Outcome], lost: list[int]) -> None:
-        self.attempts.written(batch)
+        self.outbox.written(batch)
         if self._solo:
             self._solo = max(0, self._solo - len(batch))
         for id_ in lost:

@@ -14,6 +14,7 @@ import logging
 from procqueue.supervisor.children.slots import Children
 from procqueue.supervisor.claims import Claims
 from procqueue.supervisor.dbthread import DbCalls
+from procqueue.supervisor.outbox import Outbox
 from procqueue.supervisor.running import Attempts
 from procqueue.supervisor.settings import Settings
 
@@ -28,12 +29,14 @@ class Drain:
         *,
         settings: Settings,
         attempts: Attempts,
+        outbox: Outbox,
         pool: Children,
         claims: Claims,
         db: DbCalls,
     ) -> None:
         self._settings = settings
         self._attempts = attempts
+        self._outbox = outbox
         self._pool = pool
         self._claims = claims
         self._db = db
@@ -80,7 +83,7 @@ class Drain:
             return True
         if self._attempts.running or self._attempts.reserved:
             return False
-        return not self._attempts.unwritten() and not self._db.busy("cycle")
+        return not self._outbox.waiting() and not self._db.busy("cycle")
 
     def next_due(self) -> list[float]:
         """The drain's next deadlines, for the loop's wait."""

@@ -12,8 +12,8 @@ until stopped, then `close()`; tests may drive `step` and `tick` themselves
 with a `FakeClock`, and may give it its store and its children.
 
 The loop owns no attempt and no flag of its parts: it asks them (`Attempts`
-alone writes attempts and their outcomes, `Claims` its claim state, the
-pool its children).
+alone writes attempts, `Outbox` their unwritten outcomes, `Claims` its claim
+state, the pool its children).
 """
 
 from __future__ import annotations
@@ -43,9 +43,11 @@ from procqueue.supervisor.lease import Lease
 from procqueue.supervisor.limits import Limits
 from procqueue.supervisor.maintenance import Maintenance
 from procqueue.supervisor.metrics import Metrics
+from procqueue.supervisor.outbox import Outbox
 from procqueue.supervisor.reports import AttemptWrites
 from procqueue.supervisor.running import Attempts
 from procqueue.supervisor.settings import Settings
+from procqueue.supervisor.title import BusyTitle
 from procqueue.supervisor.wakeups import Wakeups
 
 log = logging.getLogger("procqueue.supervisor")
@@ -99,8 +101,10 @@ class Supervisor:
             events=self.events,
         )
         lease = Lease(settings.lease)
+        self.outbox = Outbox()
         self.attempts = Attempts(
             pool=self.pool,
+            outbox=self.outbox,
             clock=self.clock,
             settings=settings,
             lease=lease,
@@ -119,6 +123,7 @@ class Supervisor:
         self.limits = Limits(attempts=self.attempts, lease=lease)
         self.claims = Claims(
             attempts=self.attempts,
+            outbox=self.outbox,
             pool=self.pool,
             store=self.store,
             db=self.db,
@@ -138,14 +143,17 @@ class Supervisor:
             spec=spec,
             busy=lambda: len(self.attempts.running),
         )
+        self.title = BusyTitle(
+            spec=spec, workers=settings.workers, titles=settings.titles, gauge=self.metrics.busy
+        )
         self.drain = Drain(
             settings=settings,
             attempts=self.attempts,
+            outbox=self.outbox,
             pool=self.pool,
             claims=self.claims,
             db=self.db,
         )
-        self._busy_title = -1
         self._timers: dict[str, float] = {}
         self._subscribed = False
 
@@ -250,7 +258,7 @@ class Supervisor:
         self.heartbeat.step(now)
         self.claims.step(now)
         self.pool.flush()  # every frame this pass queued, one write a child
-        self._title()
+        self.title.show(len(self.attempts.running))
 
     def finished(self) -> bool:
         """Whether the drain is over (see `Drain.finished`)."""
@@ -283,7 +291,7 @@ class Supervisor:
             if extra is not None:
                 due.append(extra)
         due.extend(self.drain.next_due())
-        if self.attempts.unwritten() or self.db.down_since is not None:
+        if self.outbox.waiting() or self.db.down_since is not None:
             due.append(max(self.db.retry_at, now + 0.01))
         return max(0.0, min(due) - now)
 
@@ -338,28 +346,16 @@ class Supervisor:
             )
         elif self.maintenance.pruning and not self.maintenance.prune_wait():
             wall = self.clock.now()
-            self.db.submit("maintain", lambda: self.maintenance.prune_batch(wall), on_done=_ignore)
+            busy = self.attempts.holds()
+            self.db.submit(
+                "maintain",
+                lambda: self.maintenance.prune_batch(wall, busy=busy),
+                on_done=_ignore,
+            )
 
     def _maybe_claim(self, woke: bool) -> None:
         if woke:
             self.claims.wake()
-
-    def _title(self) -> None:
-        busy = len(self.attempts.running)
-        if busy == self._busy_title:
-            return
-        self._busy_title = busy
-        self.metrics.busy.set(busy)
-        if not self.settings.titles:
-            return
-        try:
-            import setproctitle
-
-            setproctitle.setproctitle(
-                f"procqueue supervisor {self.spec} {busy}/{self.settings.workers} busy"
-            )
-        except ImportError:
-            pass
 
     def close(self) -> None:
         """Stops every child and the database thread; writes what it can by
@@ -377,18 +373,18 @@ class Supervisor:
         self.attempts.hand_back_all()
         self.pool.shutdown(wait=min(s.kill_grace, max(0.0, gone_by - self.clock.monotonic())))
         self.attempts.abandon_all()
-        outcomes = self.attempts.unwritten()
+        outcomes = self.outbox.unwritten()
         if outcomes:  # after the cycles: the fences drop what one of them already wrote
             now = self.clock.now()
             self.db.submit(
                 "last",
                 lambda: self.store.job_record_many(outcomes=outcomes, now=now, owner=self.owner),
-                on_done=lambda _: self.attempts.written(outcomes),
+                on_done=lambda _: self.outbox.written(outcomes),
             )
         self.db.submit("heartbeat", self.heartbeat.stop, on_done=_ignore)
         stopped = self.db.stop(timeout=max(0.0, gone_by - self.clock.monotonic()))
         self.db.deliver()
-        left = self.attempts.unwritten()
+        left = self.outbox.unwritten()
         if left:
             log.warning(
                 "%d outcomes not written in time (jobs %s); their leases will expire "

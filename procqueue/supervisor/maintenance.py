@@ -30,10 +30,22 @@ PRUNE_BATCH = 500
 and a batch (about 35 ms with a million rows to prune) holds the database
 thread for less than the work the children hold in reserve, so claims and
 outcomes never wait long behind it."""
+PRUNE_REST_BUSY = 4.0
+"""While the supervisor holds jobs, the database thread rests this many times a
+prune batch's time before the next: pruning then takes at most a fifth of that
+thread and of its database backend, whose CPU the children share (at half,
+a million rows pruned beside a drain slowed it by a fifth on 2 cores). Idle,
+it rests as long again."""
 FAILURE_SWEEP_BATCH = 100
 ORPHAN_GRACE_S = 2.0
 """After a supervisor on this host is seen gone, how long its jobs wait
 before they are rescued (its children end their runs on their own first)."""
+
+
+def prune_rest(took: float, *, busy: bool) -> float:
+    """How long the database thread is left to claims and outcomes after a
+    prune batch that took `took` seconds (`busy`: the supervisor holds jobs)."""
+    return took * (PRUNE_REST_BUSY if busy else 1.0)
 
 
 class Maintenance:
@@ -97,17 +109,19 @@ class Maintenance:
         """Seconds before the next prune batch may start (0: now)."""
         return max(0.0, self._prune_after - time.monotonic())
 
-    def prune_batch(self, now: float) -> None:
+    def prune_batch(self, now: float, *, busy: bool = False) -> None:
         """Deletes one bounded batch of expired done/cancelled jobs. A batch
         holds the database thread, and the supervisor's claims and outcomes
-        queue behind it: they get as long again before the next one starts
-        (`prune_wait`), so pruning takes at most half of that thread."""
+        queue behind it: the next one starts (`prune_wait`) after as long
+        again, or `PRUNE_REST_BUSY` times as long when the supervisor holds
+        jobs (`busy`), so pruning takes at most half of that thread, or a
+        fifth while jobs run."""
         began = time.monotonic()
         try:
             self._prune(now)
         finally:
             ended = time.monotonic()
-            self._prune_after = ended + (ended - began)
+            self._prune_after = ended + prune_rest(ended - began, busy=busy)
 
     def _prune(self, now: float) -> None:
         before = now - self.settings.retention_days * 86400

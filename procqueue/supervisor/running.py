@@ -2,10 +2,10 @@
 
 `Attempts` is the only writer of what is known about an attempt (an
 `Attempt`: its job, child, deadlines, lease, progress, memory samples and
-why it is being ended) and of the queue of outcomes not yet written; the
-other parts read them and ask through its methods. Child frames and deaths
-become outcomes here, fenced by the attempt number and queued in order
-until the database takes them. `limits.Limits` decides when a timeout, a
+why it is being ended); the other parts read them and ask through its
+methods. Child frames and deaths become outcomes here, fenced by the
+attempt number, and wait in the `outbox.Outbox`, in order, until the
+database takes them. `limits.Limits` decides when a timeout, a
 memory ceiling or an unrenewed lease ends an attempt; `claims.Claims` and
 `reports.AttemptWrites` say what the database answered.
 
@@ -37,7 +37,6 @@ from procqueue.supervisor.attempt import (
     history_name,
     killed,
     merged_progress,
-    refused,
     replied,
     short_exit,
     step_clock,
@@ -45,6 +44,7 @@ from procqueue.supervisor.attempt import (
 )
 from procqueue.supervisor.children.slots import Children, Death
 from procqueue.supervisor.lease import Lease
+from procqueue.supervisor.outbox import Outbox
 from procqueue.supervisor.settings import Settings
 
 log = logging.getLogger("procqueue.supervisor")
@@ -52,9 +52,11 @@ log = logging.getLogger("procqueue.supervisor")
 
 @dataclass(eq=False, kw_only=True)
 class Attempts:
-    """The attempts one supervisor's children hold, and their unwritten outcomes."""
+    """The attempts one supervisor's children hold."""
 
     pool: Children
+    outbox: Outbox
+    """Where the outcomes decided here wait for their write."""
     clock: Clock
     settings: Settings
     lease: Lease
@@ -69,8 +71,6 @@ class Attempts:
         """Child index -> the attempt it runs."""
         self.reserved: collections.deque[Attempt] = collections.deque()
         """Claimed jobs no child runs yet, oldest first (their `child` is 0)."""
-        self._outcomes: list[models.Outcome] = []
-        """Decided, in order, not yet written."""
         self.released: dict[int, float] = {}
         """Jobs whose lease was given up (id -> monotonic time): never renewed
         again, so that their lease runs out and the rescue takes them."""
@@ -267,7 +267,7 @@ class Attempts:
     ) -> None:
         """Queues `outcome` for the next write, and tells the stream."""
         outcome = as_ended(a, outcome, exit_reason=exit_reason)
-        self._outcomes.append(outcome)
+        self.outbox.add(outcome)
         self._freed = True
         self._finished(a, outcome, history_name(outcome))
 
@@ -340,24 +340,9 @@ class Attempts:
 
     # -- the outcome queue ----------------------------------------------------
 
-    def unwritten(self, limit: int | None = None) -> list[models.Outcome]:
-        """The first `limit` (else all) outcomes not yet written, in order."""
-        return self._outcomes[:limit]
-
-    def written(self, batch: list[models.Outcome]) -> None:
-        """The database took `batch` (recorded, or fenced off as lost)."""
-        taken = {id(o) for o in batch}
-        self._outcomes = [o for o in self._outcomes if id(o) not in taken]
-
-    def refused(self, outcome: models.Outcome, words: str) -> None:
-        """The database refused `outcome` (the first queued): that attempt
-        fails instead, so one job's value never blocks the others."""
-        if self._outcomes and self._outcomes[0] is outcome:
-            self._outcomes[0] = refused(outcome, words)
-
     def hand_back(self, job: models.ClaimedJob) -> None:
         """A claimed job no child can take now goes back, its attempt unspent."""
-        self._outcomes.append(handed_back(job, now=self.clock.now()))
+        self.outbox.add(handed_back(job, now=self.clock.now()))
 
     def take_freed(self) -> bool:
         """Whether a window may have room since the last call."""
@@ -383,10 +368,10 @@ class Attempts:
         a call whose answer was lost after it committed (calls answer in
         order): no child ever saw it, and it is handed back unspent."""
         known = {(a.job.id, a.job.attempt) for a in self.all()}
-        known |= {(o.id, o.attempt) for o in self._outcomes}
+        known |= self.outbox.attempts()
         for outcome in unclaimed(alive - known, now=self.clock.now()):
             log.warning("job %d: held by a claim whose answer was lost; handed back", outcome.id)
-            self._outcomes.append(outcome)
+            self.outbox.add(outcome)
             self._freed = True
         left = self.lease.left(lease_until, self.clock.now())
         for a in [r for r in self.reserved if (r.job.id, r.job.attempt) not in alive]:
@@ -399,7 +384,7 @@ class Attempts:
             a.lease_until = lease_until
             if a.child:
                 self.pool.send(a.child, protocol.Lease(job_id=a.job.id, left=left))
-        self._outcomes = [o for o in self._outcomes if (o.id, o.attempt) in alive]
+        self.outbox.keep(alive)
 
     def sample_memory(self, a: Attempt, now: float) -> float:
         """Samples the RSS (MB) of `a`'s process tree at monotonic `now`."""

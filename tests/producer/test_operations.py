@@ -378,6 +378,24 @@ def test_a_prune_batch_leaves_the_database_thread_as_long_again(app: App) -> Non
     assert 0.0 < wait <= took
 
 
+def test_a_prune_batch_beside_running_jobs_rests_four_times_as_long(app: App) -> None:
+    """While the supervisor holds jobs, a batch leaves the database thread
+    (and its backend) four times as long as it took, so pruning costs the
+    running jobs' claims and outcomes at most a fifth of that thread."""
+    import time
+
+    from procqueue.supervisor import settings as config
+    from procqueue.supervisor.maintenance import Maintenance, prune_rest
+
+    assert prune_rest(0.05, busy=False) == pytest.approx(0.05)
+    assert prune_rest(0.05, busy=True) == pytest.approx(0.2)
+    maintenance = Maintenance(app=app, store=app.store, settings=config.Settings(retention_days=1))
+    began = time.monotonic()
+    maintenance.prune_batch(app.clock.now(), busy=True)
+    took = time.monotonic() - began
+    assert 0.0 < maintenance.prune_wait() <= prune_rest(took, busy=True)
+
+
 def test_result_returns_the_value_or_raises_with_the_record(app: App) -> None:
     with supervising(app, SPEC, workers=1):
         ok = app.enqueue(JOB + "add", {"a": 2, "b": 3})

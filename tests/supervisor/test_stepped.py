@@ -241,7 +241,7 @@ def test_a_claim_in_flight_is_reserved_at_the_depth_it_asked_for(
         claimed = [e.job_id for e in seen if isinstance(e, events.Claimed)]
         held = {a.job.id for a in sup.attempts.all()}
         done = {e.job_id for e in seen if isinstance(e, events.Finished) and e.outcome == "done"}
-        unspent = [o.id for o in sup.attempts.unwritten() if o.refund]
+        unspent = [o.id for o in sup.outbox.unwritten() if o.refund]
     assert sorted(claimed) == ids
     assert unspent == []  # none goes back
     assert held | done == set(ids)
