@@ -18,6 +18,7 @@ state, the pool its children).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -291,8 +292,11 @@ class Supervisor:
             if extra is not None:
                 due.append(extra)
         due.extend(self.drain.next_due())
-        if self.outbox.waiting() or self.db.down_since is not None:
+        if self.db.down_since is not None:
             due.append(max(self.db.retry_at, now + 0.01))
+        elif self.outbox.waiting() and not gather and not self.db.busy("cycle"):
+            # else the gathering's end (above) or the cycle's answer wakes the loop
+            due.append(now + 0.01)
         return max(0.0, min(due) - now)
 
     # -- I/O ------------------------------------------------------------------
@@ -341,21 +345,15 @@ class Supervisor:
         if now >= self._timers["maintain"]:
             self._timers["maintain"] = now + min(1.0, self.settings.lease / 4)
             wall = self.clock.now()
+            woke = self.claims.wake  # a chore made jobs due: claim them
             self.db.submit(
-                "maintain", lambda: self.maintenance.step(wall), on_done=self._maybe_claim
+                "maintain", lambda: self.maintenance.step(wall), on_done=lambda w: w and woke()
             )
         elif self.maintenance.pruning and not self.maintenance.prune_wait():
-            wall = self.clock.now()
-            busy = self.attempts.holds()
-            self.db.submit(
-                "maintain",
-                lambda: self.maintenance.prune_batch(wall, busy=busy),
-                on_done=_ignore,
+            batch = functools.partial(
+                self.maintenance.prune_batch, self.clock.now(), busy=self.attempts.holds()
             )
-
-    def _maybe_claim(self, woke: bool) -> None:
-        if woke:
-            self.claims.wake()
+            self.db.submit("maintain", batch, on_done=_ignore)
 
     def close(self) -> None:
         """Stops every child and the database thread; writes what it can by

@@ -47,8 +47,8 @@ class Wakeups:
         """Empties `fd`; True when it was the store's descriptor, which is then
         no longer watched: jobs came, and `listen` watches it again."""
         if fd == self._r:
-            try:
-                while os.read(self._r, 4096):
+            try:  # a short read emptied it: no second read to learn so
+                while len(os.read(self._r, 4096)) == 4096:
                     pass
             except BlockingIOError:
                 pass

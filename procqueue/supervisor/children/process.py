@@ -21,10 +21,13 @@ MAX_LINE = 4096
 """Longer output lines are cut: a flood without newlines can't grow a buffer."""
 LINES_PER_SECOND = 200
 """Output lines logged per child per second; the rest are counted and dropped."""
+_FIRST_READ_SIZE = 1 << 16
 _READ_SIZE = 1 << 20
 _OUTPUT_READ_SIZE = 1 << 16
 """Bytes asked of a pipe per read. A read that returns fewer found the pipe
-empty: one read a frame, not a second one that says so."""
+empty: one read a frame, not a second one that says so. A frame pipe is read
+64 KiB first (most frames fit, and a buffer that size comes from the heap,
+not a fresh mapping of its own), then 1 MiB a read while reads come back full."""
 
 
 def _nonblocking(fd: int) -> None:
@@ -166,9 +169,10 @@ class ChildBase(abc.ABC):
         Raises ProtocolError on a malformed frame.
         """
         out: list[protocol.Message] = []
+        size = _FIRST_READ_SIZE
         while True:
             try:
-                data = os.read(self.rfd, _READ_SIZE)
+                data = os.read(self.rfd, size)
             except BlockingIOError:
                 return out
             if not data:
@@ -177,8 +181,9 @@ class ChildBase(abc.ABC):
                     raise errors.ProtocolError(f"truncated frame ({self.reader.pending()} bytes)")
                 return out
             out.extend(self.reader.feed(data))
-            if len(data) < _READ_SIZE:  # the pipe is empty: what comes later makes it readable
+            if len(data) < size:  # the pipe is empty: what comes later makes it readable
                 return out
+            size = _READ_SIZE
 
     def relay_output(self, fd: int, *, tag: str, now: float, job_id: int | None = None) -> bool:
         """Logs what the child wrote to stdout/stderr, bounded per call;
