@@ -345,15 +345,18 @@ class Supervisor:
         if now >= self._timers["maintain"]:
             self._timers["maintain"] = now + min(1.0, self.settings.lease / 4)
             wall = self.clock.now()
-            woke = self.claims.wake  # a chore made jobs due: claim them
             self.db.submit(
-                "maintain", lambda: self.maintenance.step(wall), on_done=lambda w: w and woke()
+                "maintain", lambda: self.maintenance.step(wall), on_done=self._maybe_claim
             )
         elif self.maintenance.pruning and not self.maintenance.prune_wait():
             batch = functools.partial(
                 self.maintenance.prune_batch, self.clock.now(), busy=self.attempts.holds()
             )
             self.db.submit("maintain", batch, on_done=_ignore)
+
+    def _maybe_claim(self, woke: bool) -> None:
+        if woke:  # a chore made jobs due (a rescue, a cron tick): claim them
+            self.claims.wake()
 
     def close(self) -> None:
         """Stops every child and the database thread; writes what it can by

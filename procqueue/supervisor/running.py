@@ -338,7 +338,7 @@ class Attempts:
         for index in list(self.running):
             self.died(Death(index, 0, "the supervisor stopped", retired=True, killed=True))
 
-    # -- the outcome queue ----------------------------------------------------
+    # -- hand-backs and freed room --------------------------------------------
 
     def hand_back(self, job: models.ClaimedJob) -> None:
         """A claimed job no child can take now goes back, its attempt unspent."""
